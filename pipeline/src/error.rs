@@ -1,0 +1,121 @@
+//! Errors of the pipeline engine. Each variant says whose fault it is: the graph (a cycle, a
+//! dangling input), a stage (its body failed or panicked), or the environment (I/O on a path).
+
+use std::path::PathBuf;
+
+/// The error a stage body returns: any error of the domain crate that implements the stage.
+pub type StageError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything the engine can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An I/O operation failed; the path says where.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done ("create", "read", "rename", ...).
+        op: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The graph is not a DAG: the stages named form a cycle.
+    #[error("the graph has a cycle: {}", cycle.join(" -> "))]
+    Cycle {
+        /// The stages of the cycle, the first repeated at the end.
+        cycle: Vec<String>,
+    },
+    /// A stage reads an artifact that no stage of the graph writes.
+    #[error(
+        "stage {stage}: input {input} reads {from_stage}.{output}, which no stage of the graph writes"
+    )]
+    DanglingInput {
+        /// The reading stage.
+        stage: String,
+        /// Its input name.
+        input: String,
+        /// The stage it names.
+        from_stage: String,
+        /// The output it names.
+        output: String,
+    },
+    /// Two stages of one graph have the same name.
+    #[error("the graph has two stages named {0}")]
+    DuplicateStage(String),
+    /// A stage body failed; the cause is its own error.
+    #[error("stage {stage} (key {key}) failed: {source}")]
+    StageFailed {
+        /// The stage name.
+        stage: String,
+        /// Its cache key (hex).
+        key: String,
+        /// What the stage reported.
+        #[source]
+        source: StageError,
+    },
+    /// A stage body panicked; nothing it wrote was kept.
+    #[error("stage {stage} (key {key}) panicked: {message}; nothing it wrote was kept")]
+    StagePanicked {
+        /// The stage name.
+        stage: String,
+        /// Its cache key (hex).
+        key: String,
+        /// The panic payload, when it was a string.
+        message: String,
+    },
+    /// A stage finished without writing an output it declares.
+    #[error("stage {stage} finished without writing its declared output {output}")]
+    MissingOutput {
+        /// The stage name.
+        stage: String,
+        /// The output it did not write.
+        output: String,
+    },
+    /// A stage was not run because a stage it depends on failed.
+    #[error("stage {stage} was not run: {upstream} failed")]
+    UpstreamFailed {
+        /// The stage that was skipped.
+        stage: String,
+        /// The failed ancestor.
+        upstream: String,
+    },
+    /// A store file (manifest, ref) could not be parsed.
+    #[error("{}: not a valid store file: {reason}", path.display())]
+    BadStoreFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Writing or reading the run records failed.
+    #[error("run records {}: {reason}", path.display())]
+    Records {
+        /// The Parquet file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A bug in the engine itself; please report it.
+    #[error("internal error in the pipeline engine (a bug, please report it): {0}")]
+    Internal(String),
+}
+
+/// Result with the engine's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Extension to attach a path and an operation to an I/O error, as `fs_err` does.
+pub(crate) trait IoContext<T> {
+    /// Wraps the error with `op` and `path`.
+    fn at(self, op: &'static str, path: &std::path::Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, op: &'static str, path: &std::path::Path) -> Result<T> {
+        self.map_err(|source| Error::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}

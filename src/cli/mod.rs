@@ -1,0 +1,118 @@
+//! Command-line definitions and dispatch. Each subcommand lives in its own module.
+
+pub mod gc;
+pub mod progress;
+pub mod run;
+pub mod status;
+pub mod unbuilt;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// An error that is the input's fault (exit code 1), as opposed to the environment's (2).
+#[derive(Debug)]
+pub struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The exit code for an error: 1 when some cause is a refusal of the input, else 2.
+pub fn exit_code_of(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|c| c.downcast_ref::<Refused>().is_some()) {
+        1
+    } else {
+        2
+    }
+}
+
+/// onebit-pipe: turn FastFlowLM NPU2 repositories into verified packs, query them, serve them.
+#[derive(Parser, Debug)]
+#[command(
+    name = "onebit-pipe",
+    version,
+    after_help = "Exit codes: 0 done; 1 input refused or verification failed; 2 any other error."
+)]
+pub struct Cli {
+    /// Options for every subcommand.
+    #[command(flatten)]
+    pub global: Global,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options shared by every subcommand.
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Store and cache root [default: $ONEBIT_HOME, else ~/.cache/onebit-pipe].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// No progress output.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    /// Progress as one JSON object per event on stdout (logs stay on stderr).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More logging (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl Global {
+    /// The store under `--home` or the default home.
+    pub fn store(&self) -> anyhow::Result<onebit_pipeline::Store> {
+        let home = self
+            .home
+            .clone()
+            .unwrap_or_else(onebit_pipeline::Store::default_home);
+        Ok(onebit_pipeline::Store::open(&home)?)
+    }
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Import a repository into a pack: run every stage, reusing the cache.
+    Run(run::RunArgs),
+    /// Show each pack's stages: fresh, stale after an upgrade, missing or damaged.
+    Status(status::StatusArgs),
+    /// Remove store entries that no pack references; report bytes freed.
+    Gc(gc::GcArgs),
+    /// Query tensor statistics, verification results and run history with SQL.
+    Sql(unbuilt::SqlArgs),
+    /// Serve verified packs over an OpenAI-compatible HTTP API.
+    Serve(unbuilt::ServeArgs),
+}
+
+/// Runs the subcommand.
+pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run(a) => run::exec(&cli.global, a),
+        Command::Status(a) => status::exec(&cli.global, a),
+        Command::Gc(a) => gc::exec(&cli.global, a),
+        Command::Sql(a) => unbuilt::sql(&cli.global, a),
+        Command::Serve(a) => unbuilt::serve(&cli.global, a),
+    }
+}
+
+/// Sends `tracing` to stderr at the level `-v` asks for, unless RUST_LOG says otherwise.
+pub fn init_logging(g: &Global) {
+    let level = match g.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

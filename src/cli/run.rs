@@ -1,0 +1,115 @@
+//! `onebit-pipe run`: build the graph for a source and run it against the store.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use onebit_pipeline::{RunOptions, run_graph};
+use serde_json::{Value, json};
+
+use super::Global;
+
+/// Arguments of `run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// A Hugging Face repository, e.g. FastFlowLM/Gemma3-270M-NPU2.
+    #[arg(long, value_name = "ORG/NAME", conflicts_with_all = ["path", "demo"])]
+    pub repo: Option<String>,
+    /// A local repository folder (config.json, model.q4nx, tokenizer files).
+    #[arg(long, value_name = "DIR", conflicts_with = "demo")]
+    pub path: Option<PathBuf>,
+    /// Run the engine's ten-stage demo graph instead of an import.
+    #[arg(long)]
+    pub demo: bool,
+    /// Demo: bytes written by the whole graph.
+    #[arg(long, default_value_t = 64 << 20, requires = "demo")]
+    pub demo_bytes: u64,
+    /// Demo: the version of every stage (bump it to see every stage re-run).
+    #[arg(long, default_value_t = 1, requires = "demo")]
+    pub demo_version: u32,
+    /// Demo: sleep this long halfway through each stage's write.
+    #[arg(long, default_value_t = 0, requires = "demo")]
+    pub demo_delay_ms: u64,
+    /// Stages to run at once [default: number of CPUs].
+    #[arg(long, short)]
+    pub jobs: Option<usize>,
+    /// Re-hash every cached file instead of comparing sizes and mtimes.
+    #[arg(long)]
+    pub deep: bool,
+}
+
+/// The versions of every stage this build knows, for `status`.
+pub fn current_versions() -> BTreeMap<String, u32> {
+    let mut v = onebit_stages::stage_versions();
+    for i in 0..onebit_pipeline::demo::DEMO_EDGES.len() {
+        v.insert(format!("gen-{i}"), 1);
+    }
+    v
+}
+
+/// The `run` arguments that rebuild a ref, from its recorded source.
+pub fn describe_source(source: &Value) -> String {
+    source
+        .get("args")
+        .and_then(Value::as_str)
+        .unwrap_or("(unknown source)")
+        .to_string()
+}
+
+/// Builds the graph, runs it, prints the outcome.
+pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
+    let store = g.store()?;
+    let reporter = super::progress::reporter(g);
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let (graph, ref_name, args) = if a.demo {
+        let graph = onebit_pipeline::demo::demo_graph(
+            a.demo_bytes,
+            a.demo_version,
+            Duration::from_millis(a.demo_delay_ms),
+        )?;
+        let args = format!(
+            "--demo --demo-bytes {} --demo-version {}",
+            a.demo_bytes, a.demo_version
+        );
+        (graph, "demo".to_string(), args)
+    } else if let Some(path) = &a.path {
+        let dir = path
+            .canonicalize()
+            .with_context(|| format!("repository folder {}", path.display()))?;
+        let import = onebit_stages::import::ImportSource::LocalDir(dir.clone());
+        let graph = onebit_stages::import::import_graph(&import)
+            .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
+        (
+            graph,
+            import.ref_name(),
+            format!("--path {}", dir.display()),
+        )
+    } else if let Some(repo) = &a.repo {
+        anyhow::bail!(
+            "cannot import {repo}: the fetch stage (Hugging Face hub download) is not built yet; \
+             download the repository yourself and run `onebit-pipe run --path DIR`"
+        );
+    } else {
+        anyhow::bail!("nothing to run: give --repo ORG/NAME, --path DIR or --demo");
+    };
+    let opts = RunOptions {
+        jobs,
+        ref_name: Some(ref_name),
+        source: json!({ "args": args }),
+        deep_check: a.deep,
+    };
+    let report = run_graph(&store, &graph, &opts, reporter.as_ref())?;
+    if !g.json && !g.quiet {
+        for (stage, outs) in &report.artifacts {
+            for (name, path) in outs {
+                tracing::info!(stage, output = name, path = %path.display(), "artifact");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

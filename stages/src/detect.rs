@@ -1,0 +1,464 @@
+//! Tile-kind detection (q4nx-format §3): for each tensor, from its declared width, byte count and
+//! the config geometry, decide kind, grid, padded K and signedness, with the evidence. Where two
+//! readings remain, decide by data or refuse naming both.
+//!
+//! Detection is a decision with a source, not decoding: every [`TensorLayout`] carries a
+//! `decision` line in the `name=value <- source` form and the candidate readings it weighed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::geometry::{Geometry, Role, role_of};
+use crate::q4nx::{Container, Dtype, TensorInfo};
+use crate::reader::{TiledReader, pearson};
+use crate::tiles::{Codes, TileKind, WidthReading, candidates_for_width};
+
+/// Accept a data decision when the best reading reaches this correlation…
+pub const ACCEPT_CORR: f64 = 0.99;
+/// …and the runner-up stays at or below this one (q4nx-format §3 step 6).
+pub const RUNNER_UP_MAX: f64 = 0.95;
+
+/// How a tensor's bytes are laid out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "layout", rename_all = "snake_case")]
+pub enum Layout {
+    /// Row-major BF16/F16/F32 with the declared shape.
+    Plain,
+    /// A grid of tiles, row-block major.
+    Tiled {
+        /// The tile kind.
+        kind: TileKind,
+        /// Row blocks (RB).
+        row_blocks: u64,
+        /// Column tiles (CT).
+        col_tiles: u64,
+        /// RB × R.
+        padded_rows: u64,
+        /// CT × C.
+        padded_k: u64,
+    },
+}
+
+/// One reading weighed by a data test.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reading {
+    /// The kind read.
+    pub kind: TileKind,
+    /// The test (e.g. "tie test vs model.embed_tokens.weight, 4 row blocks").
+    pub test: String,
+    /// Its correlation with the reference.
+    pub corr: f64,
+}
+
+/// The detector's decision for one tensor.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorLayout {
+    /// Tensor name.
+    pub name: String,
+    /// Declared dtype.
+    pub dtype: String,
+    /// Declared shape.
+    pub shape: Vec<u64>,
+    /// Bytes of data.
+    pub bytes: u64,
+    /// Layer index, for layer weights.
+    pub layer: Option<u32>,
+    /// Role from the name (`q_proj`, `lm_head`, ...).
+    pub role: String,
+    /// The layout decided.
+    pub layout: Layout,
+    /// Logical rows.
+    pub rows: u64,
+    /// Logical K (row width).
+    pub k: u64,
+    /// How codes become numbers, for tiled tensors.
+    pub codes: Option<Codes>,
+    /// `kind=... <- ...` with the reasons.
+    pub decision: String,
+    /// Readings weighed by data tests, when any.
+    pub readings: Vec<Reading>,
+    /// Conditions that verification must flag (e.g. the broken-conversion signature).
+    pub flags: Vec<String>,
+}
+
+impl TensorLayout {
+    /// The tile kind, for tiled tensors.
+    pub fn kind(&self) -> Option<TileKind> {
+        match self.layout {
+            Layout::Tiled { kind, .. } => Some(kind),
+            Layout::Plain => None,
+        }
+    }
+}
+
+/// Detects every tensor of a container. Refusals are collected and returned together, one line
+/// per tensor, so a user sees everything that stops the pack at once.
+pub fn detect_pack(
+    container: &Container,
+    geometry: Option<&Geometry>,
+) -> Result<Vec<TensorLayout>> {
+    let mut layouts = Vec::new();
+    let mut refusals = Vec::new();
+    for t in container.tensors() {
+        match detect_tensor(container, t, geometry) {
+            Ok(l) => layouts.push(l),
+            Err(reason) => refusals.push(format!("{}: {reason}", t.name)),
+        }
+    }
+    if !refusals.is_empty() {
+        return Err(Error::Refused {
+            file: container.path().to_path_buf(),
+            tensor: if refusals.len() == 1 {
+                "1 tensor".into()
+            } else {
+                format!("{} tensors", refusals.len())
+            },
+            reason: format!("\n  {}", refusals.join("\n  ")),
+        });
+    }
+    Ok(layouts)
+}
+
+fn plain_dims(shape: &[u64]) -> (u64, u64) {
+    match shape {
+        [] => (1, 1),
+        [k] => (1, *k),
+        [rest @ .., k] => (rest.iter().product(), *k),
+    }
+}
+
+/// Detects one tensor; `Err` is the refusal reason (the caller names file and tensor).
+pub fn detect_tensor(
+    container: &Container,
+    t: &TensorInfo,
+    geometry: Option<&Geometry>,
+) -> std::result::Result<TensorLayout, String> {
+    let (role, layer) = role_of(&t.name);
+    let base = |layout: Layout, rows: u64, k: u64, decision: String| TensorLayout {
+        name: t.name.clone(),
+        dtype: t.dtype.name().to_string(),
+        shape: t.shape.clone(),
+        bytes: t.nbytes(),
+        layer,
+        role: role.as_str().to_string(),
+        layout,
+        rows,
+        k,
+        codes: None,
+        decision,
+        readings: Vec::new(),
+        flags: Vec::new(),
+    };
+    let is_u8 = match &t.dtype {
+        Dtype::BF16 | Dtype::F16 | Dtype::F32 => {
+            let (rows, k) = plain_dims(&t.shape);
+            return Ok(base(
+                Layout::Plain,
+                rows,
+                k,
+                format!("layout=plain <- dtype {}", t.dtype.name()),
+            ));
+        }
+        Dtype::Other(d) => return Err(format!("dtype {d} is not used by q4nx packs; no reader")),
+        Dtype::I8 => false,
+        Dtype::U8 => true,
+    };
+    let stem = t.name.strip_suffix(".weight").unwrap_or(&t.name);
+    if container.tensor(&format!("{}.scale", t.name)).is_some()
+        || container.tensor(&format!("{stem}.scale")).is_some()
+    {
+        return Err(
+            "plain int8 with a .scale companion (Gemma4 embeddings, q4nx-format §6) has no reader yet"
+                .into(),
+        );
+    }
+    let width = t.width();
+    let candidates = match candidates_for_width(width, is_u8) {
+        WidthReading::Candidates(c) => c,
+        WidthReading::KnownUnreadable(w, u) => {
+            return Err(format!(
+                "declared row width {w} is a known FastFlowLM tile size ({}) with no reader",
+                u.describe()
+            ));
+        }
+        WidthReading::NotAKind(w) => {
+            return Err(format!(
+                "declared row width {w} ({}) is not a tile kind (known widths: 1280, 2560, 4608, 4736, 5120, 8704)",
+                t.dtype.name()
+            ));
+        }
+    };
+    if t.shape.len() < 2 {
+        return Err(format!(
+            "tile tensor with rank-{} shape {:?}",
+            t.shape.len(),
+            t.shape
+        ));
+    }
+    let lead = &t.shape[..t.shape.len() - 1];
+    let n_tiles: u64 = lead.iter().product();
+
+    // Geometry: the config's (rows, K) for the role, else the 3-D grid itself.
+    let (rows, k, geo_src) = match geometry.and_then(|g| g.shape_of(role)) {
+        Some((r, k)) => (
+            r,
+            k,
+            format!("config.json geometry {r}x{k} ({})", role.as_str()),
+        ),
+        None if t.shape.len() == 3 => {
+            let c0 = candidates[0];
+            (
+                t.shape[0] * c0.rows() as u64,
+                t.shape[1] * c0.cols() as u64,
+                format!(
+                    "grid [{}, {}] (no config role for this tensor)",
+                    t.shape[0], t.shape[1]
+                ),
+            )
+        }
+        None => {
+            return Err(match geometry {
+                None => {
+                    "no config.json geometry, and a 2-D tile shape does not state rows and K".into()
+                }
+                Some(_) => format!(
+                    "config.json gives no geometry for role {} and a 2-D tile shape does not state rows and K",
+                    role.as_str()
+                ),
+            });
+        }
+    };
+
+    let mut fitting = Vec::new();
+    let mut misfits = Vec::new();
+    for &kind in &candidates {
+        let rb = rows.div_ceil(kind.rows() as u64);
+        let ct = k.div_ceil(kind.cols() as u64);
+        let shape_ok = match lead {
+            [n] => *n == rb * ct,
+            [a, b] => *a == rb && *b == ct,
+            _ => false,
+        };
+        if shape_ok && rb * ct * kind.bytes() as u64 == t.nbytes() {
+            fitting.push((kind, rb, ct));
+        } else {
+            misfits.push(format!("{rb}x{ct} = {} {kind} tiles", rb * ct));
+        }
+    }
+    if fitting.is_empty() {
+        return Err(format!(
+            "declared {:?} = {n_tiles} tiles; {geo_src} needs {}: config.json and model.q4nx disagree",
+            t.shape,
+            misfits.join(" or ")
+        ));
+    }
+
+    let data = container.data(t);
+    let mut readings = Vec::new();
+    let mut flags = Vec::new();
+    let mut why = vec![format!("declared width {width}"), format!("{geo_src}")];
+    let (kind, rb, ct) = if fitting.len() == 1 {
+        fitting[0]
+    } else if fitting.iter().all(|(k, ..)| k.bytes() == 5120) {
+        decide_5120(data, &fitting, &mut why, &mut flags)?
+    } else if fitting.iter().all(|(k, ..)| k.bytes() == 8704) {
+        decide_8704(container, t, data, &fitting, &mut why, &mut readings)?
+    } else {
+        return Err(format!(
+            "{} readings fit and no rule separates them",
+            fitting
+                .iter()
+                .map(|(k, ..)| k.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    };
+    why.push(format!("grid {rb}x{ct} = {} B", t.nbytes()));
+
+    // Rows off the tile grid: accepted only when every pad row decodes to exactly 0.
+    let padded_rows = rb * kind.rows() as u64;
+    if padded_rows != rows {
+        let reader =
+            TiledReader::new(data, kind, rb as usize, ct as usize).map_err(|e| e.to_string())?;
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        reader.decode_row_block(rb as usize - 1, &mut out, &mut scratch);
+        let first_pad = (rows % kind.rows() as u64) as usize;
+        let kp = reader.padded_k();
+        if out[first_pad * kp..].iter().any(|v| *v != 0.0) {
+            return Err(format!(
+                "{rows} rows are off the {}-row grid of {kind} and the pad rows {rows}..{padded_rows} do not decode to 0",
+                kind.rows()
+            ));
+        }
+        why.push(format!(
+            "rows {rows} padded to {padded_rows} with zero rows"
+        ));
+    }
+    let mut l = base(
+        Layout::Tiled {
+            kind,
+            row_blocks: rb,
+            col_tiles: ct,
+            padded_rows,
+            padded_k: ct * kind.cols() as u64,
+        },
+        rows,
+        k,
+        format!("kind={kind} <- {}", why.join("; ")),
+    );
+    l.codes = Some(kind.codes());
+    l.readings = readings;
+    l.flags = flags;
+    Ok(l)
+}
+
+type Fit = (TileKind, u64, u64);
+
+/// Q41 / Q40 / Q8H among 5,120-byte tiles: byte signatures (q4nx-format §3 step 4).
+fn decide_5120(
+    data: &[u8],
+    fitting: &[Fit],
+    why: &mut Vec<String>,
+    flags: &mut Vec<String>,
+) -> std::result::Result<Fit, String> {
+    let tiles: Vec<&[u8]> = data.chunks_exact(5120).collect();
+    let find = |k: TileKind| fitting.iter().copied().find(|f| f.0 == k);
+    let duplicate_plane = tiles.iter().all(|t| t[..256] == t[256..512]);
+    if duplicate_plane && let Some(f) = find(TileKind::Q8H_5120) {
+        why.push(format!(
+            "bytes 0..256 == 256..512 in all {} tiles (the Q8H duplicate scale plane)",
+            tiles.len()
+        ));
+        return Ok(f);
+    }
+    let four_bit: Vec<Fit> = fitting
+        .iter()
+        .copied()
+        .filter(|f| f.0 != TileKind::Q8H_5120)
+        .collect();
+    if four_bit.is_empty() {
+        return Err(
+            "only the 8-bit Q8H_5120 grid fits, but its duplicate scale plane is absent".into(),
+        );
+    }
+    if fitting.iter().any(|f| f.0 == TileKind::Q8H_5120) {
+        why.push("no duplicate scale plane, so not Q8H_5120".into());
+    }
+    // Zero-point plane: bf16 bits at 512..1024 of each tile.
+    let zero_plane = tiles.iter().all(|t| t[512..1024].iter().all(|&b| b == 0));
+    let nonzero_d = tiles
+        .iter()
+        .flat_map(|t| t[..512].chunks_exact(2).zip(t[512..1024].chunks_exact(2)))
+        .filter(|(d, _)| d != &[0, 0])
+        .collect::<Vec<_>>();
+    if zero_plane {
+        let f = four_bit
+            .iter()
+            .copied()
+            .find(|f| f.0 == TileKind::Q40_5120)
+            .ok_or("zero-point plane is all zero but Q40_5120 does not fit")?;
+        why.push(format!(
+            "zero-point plane all +0.0 across {} tiles (Q41 would hold m ≈ −7.5·d), so signed",
+            tiles.len()
+        ));
+        return Ok(f);
+    }
+    let f = four_bit
+        .iter()
+        .copied()
+        .find(|f| f.0 == TileKind::Q41_5120)
+        .ok_or("Q41_5120 does not fit")?;
+    why.push("zero-point plane populated, so unsigned with zero-points".into());
+    if !nonzero_d.is_empty() && nonzero_d.iter().all(|(d, m)| d == m) {
+        flags.push(format!(
+            "broken conversion: every non-zero d equals its m bitwise ({} slots): an 8-bit source truncated through the 4-bit packer; decoded as written",
+            nonzero_d.len()
+        ));
+    }
+    Ok(f)
+}
+
+/// Q8L / Q8C: no byte tells them apart; the tie test against the pack's own embedding decides
+/// for a tied head, otherwise the pack is refused with both readings.
+fn decide_8704(
+    container: &Container,
+    t: &TensorInfo,
+    data: &[u8],
+    fitting: &[Fit],
+    why: &mut Vec<String>,
+    readings: &mut Vec<Reading>,
+) -> std::result::Result<Fit, String> {
+    let (role, _) = role_of(&t.name);
+    let embedding = container.tensors().iter().find(|e| {
+        role_of(&e.name).0 == Role::Embedding
+            && matches!(e.dtype, Dtype::BF16 | Dtype::F32 | Dtype::F16)
+    });
+    let (Role::LmHead, Some(emb)) = (role, embedding) else {
+        return Err(format!(
+            "8704-byte tiles admit {} and no in-pack reference decides between them; supply a GGUF of this model",
+            fitting
+                .iter()
+                .map(|f| f.0.name())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+    };
+    let (_, k) = plain_dims(&emb.shape);
+    let emb_bytes = container.data(emb);
+    let to_f32 = |i: usize| -> f32 {
+        match emb.dtype {
+            Dtype::F32 => f32::from_le_bytes([
+                emb_bytes[4 * i],
+                emb_bytes[4 * i + 1],
+                emb_bytes[4 * i + 2],
+                emb_bytes[4 * i + 3],
+            ]),
+            Dtype::F16 => {
+                half::f16::from_le_bytes([emb_bytes[2 * i], emb_bytes[2 * i + 1]]).to_f32()
+            }
+            _ => half::bf16::from_le_bytes([emb_bytes[2 * i], emb_bytes[2 * i + 1]]).to_f32(),
+        }
+    };
+    for &(kind, rb, ct) in fitting {
+        let reader =
+            TiledReader::new(data, kind, rb as usize, ct as usize).map_err(|e| e.to_string())?;
+        let blocks = (rb as usize).min(4);
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        let kp = reader.padded_k();
+        for b in 0..blocks {
+            reader.decode_row_block(b, &mut out, &mut scratch);
+            for r in 0..kind.rows() {
+                let row = b * kind.rows() + r;
+                for c in 0..(k as usize).min(kp) {
+                    ours.push(out[r * kp + c]);
+                    theirs.push(to_f32(row * k as usize + c));
+                }
+            }
+        }
+        readings.push(Reading {
+            kind,
+            test: format!("tie test vs {}, {blocks} row blocks", emb.name),
+            corr: pearson(&ours, &theirs),
+        });
+    }
+    let mut sorted = readings.clone();
+    sorted.sort_by(|a, b| b.corr.total_cmp(&a.corr));
+    let listing = sorted
+        .iter()
+        .map(|r| format!("{} (corr {:.4} vs embedding)", r.kind, r.corr))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    if sorted[0].corr >= ACCEPT_CORR && sorted.get(1).is_none_or(|r| r.corr <= RUNNER_UP_MAX) {
+        why.push(format!("decided by data: {listing}"));
+        let kind = sorted[0].kind;
+        return fitting
+            .iter()
+            .copied()
+            .find(|f| f.0 == kind)
+            .ok_or_else(|| "internal: chosen reading lost".into());
+    }
+    Err(format!(
+        "8704-byte tiles admit {listing}; no reading reaches {ACCEPT_CORR} with the runner-up ≤ {RUNNER_UP_MAX}; supply a GGUF of this model"
+    ))
+}

@@ -1,0 +1,78 @@
+//! Errors of the stages. Variants say whose fault it is and carry fields: unreadable or
+//! inconsistent input (`Corrupt`, `Refused`), the environment (`Io`), or a bug (`Internal`).
+
+use std::path::PathBuf;
+
+/// Everything a stage's domain code can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An I/O operation failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file's bytes contradict its own format (header, offsets, sizes).
+    #[error("{}{}: {what}", file.display(), tensor.as_ref().map(|t| format!(": {t}")).unwrap_or_default())]
+    Corrupt {
+        /// The file.
+        file: PathBuf,
+        /// The tensor, when the problem is one tensor's.
+        tensor: Option<String>,
+        /// What is wrong, with the numbers.
+        what: String,
+    },
+    /// Input we will not read or cannot decide, refused by name with both readings.
+    #[error("refuse {}: {tensor}: {reason}", file.display())]
+    Refused {
+        /// The file.
+        file: PathBuf,
+        /// The tensor (or config key).
+        tensor: String,
+        /// Why, naming the readings and their evidence.
+        reason: String,
+    },
+    /// A config file cannot be used.
+    #[error("{}: {reason}", file.display())]
+    Config {
+        /// The config file.
+        file: PathBuf,
+        /// Which key and why.
+        reason: String,
+    },
+    /// Writing a table failed.
+    #[error("table {table}: {reason}")]
+    Table {
+        /// The table name.
+        table: &'static str,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A bug in onebit-pipe; please report it.
+    #[error("internal error (a bug, please report it): {0}")]
+    Internal(String),
+}
+
+/// Result with the stages' [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Attaches an operation and a path to an I/O error.
+pub(crate) trait IoContext<T> {
+    /// Wraps the error.
+    fn at(self, op: &'static str, path: &std::path::Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, op: &'static str, path: &std::path::Path) -> Result<T> {
+        self.map_err(|source| Error::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}

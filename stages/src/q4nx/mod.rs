@@ -1,0 +1,5 @@
+//! The `model.q4nx` container (q4nx-format §1).
+
+pub mod container;
+
+pub use container::{Container, Dtype, Header, TensorInfo};

@@ -1,0 +1,26 @@
+//! `Q41_1280`: the 16×128 quarter tile, w = d·q + m, q unsigned (q4nx-format §2, row Q41_1280; evidence: seed #2248 + golden).
+//!
+//! q41_12800
+
+use super::lanes::{self, Lanes};
+
+/// Bytes per tile.
+pub const BYTES: usize = 1280;
+/// Tile geometry and code-plane layout.
+pub const LANES: Lanes = Lanes {
+    rows: 16,
+    cols: 128,
+    lane: 16,
+    base: 256,
+};
+const SLOTS: usize = LANES.rows * LANES.groups();
+const _: () = assert!(LANES.rows * LANES.cols / 2 + LANES.base == BYTES);
+
+/// Decodes one tile into `out[r·128 + c]`.
+pub fn decode(tile: &[u8], out: &mut [f32]) {
+    let mut d = [0f32; SLOTS];
+    let mut m = [0f32; SLOTS];
+    lanes::bf16_plane(tile, 0, &mut d);
+    lanes::bf16_plane(tile, 2 * SLOTS, &mut m);
+    lanes::decode4(tile, LANES, &lanes::UNSIGNED4, &d, Some(&m), out);
+}

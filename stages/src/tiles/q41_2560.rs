@@ -1,0 +1,26 @@
+//! `Q41_2560`: the 32×128 asymmetric tile of gpt-oss attention and lm_head, w = d·q + m (q4nx-format §2, row Q41_2560; evidence: inferred (CONV formula)).
+//!
+//! q41_25600
+
+use super::lanes::{self, Lanes};
+
+/// Bytes per tile.
+pub const BYTES: usize = 2560;
+/// Tile geometry and code-plane layout.
+pub const LANES: Lanes = Lanes {
+    rows: 32,
+    cols: 128,
+    lane: 16,
+    base: 512,
+};
+const SLOTS: usize = LANES.rows * LANES.groups();
+const _: () = assert!(LANES.rows * LANES.cols / 2 + LANES.base == BYTES);
+
+/// Decodes one tile into `out[r·128 + c]`.
+pub fn decode(tile: &[u8], out: &mut [f32]) {
+    let mut d = [0f32; SLOTS];
+    let mut m = [0f32; SLOTS];
+    lanes::bf16_plane(tile, 0, &mut d);
+    lanes::bf16_plane(tile, 2 * SLOTS, &mut m);
+    lanes::decode4(tile, LANES, &lanes::UNSIGNED4, &d, Some(&m), out);
+}

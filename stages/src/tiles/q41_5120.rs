@@ -1,0 +1,26 @@
+//! `Q41_5120`: the 32×256 asymmetric 4-bit tile, w = d·q + m, q unsigned (q4nx-format §2, row Q41_5120; evidence: golden).
+//!
+//! q41_51200
+
+use super::lanes::{self, Lanes};
+
+/// Bytes per tile.
+pub const BYTES: usize = 5120;
+/// Tile geometry and code-plane layout.
+pub const LANES: Lanes = Lanes {
+    rows: 32,
+    cols: 256,
+    lane: 16,
+    base: 1024,
+};
+const SLOTS: usize = LANES.rows * LANES.groups();
+const _: () = assert!(LANES.rows * LANES.cols / 2 + LANES.base == BYTES);
+
+/// Decodes one tile into `out[r·256 + c]`.
+pub fn decode(tile: &[u8], out: &mut [f32]) {
+    let mut d = [0f32; SLOTS];
+    let mut m = [0f32; SLOTS];
+    lanes::bf16_plane(tile, 0, &mut d);
+    lanes::bf16_plane(tile, 2 * SLOTS, &mut m);
+    lanes::decode4(tile, LANES, &lanes::UNSIGNED4, &d, Some(&m), out);
+}

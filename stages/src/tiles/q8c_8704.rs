@@ -1,0 +1,24 @@
+//! `Q8C_8704`: the 8-bit tile in column order, w = d·q (q4nx-format §2, row Q8C_8704; evidence: inferred·ref).
+//!
+//! bf16 `d` at 0..511 (slot g·32+r), int8 codes at 512 + c·32 + r. No byte tells it from Q8L_8704: decide by data.
+
+use super::lanes::{self, Lanes};
+
+/// Bytes per tile.
+pub const BYTES: usize = 8704;
+/// Tile geometry and code-plane layout.
+pub const LANES: Lanes = Lanes {
+    rows: 32,
+    cols: 256,
+    lane: 32,
+    base: 512,
+};
+const SLOTS: usize = LANES.rows * LANES.groups();
+const _: () = assert!(LANES.rows * LANES.cols + LANES.base <= BYTES);
+
+/// Decodes one tile into `out[r·256 + c]`.
+pub fn decode(tile: &[u8], out: &mut [f32]) {
+    let mut d = [0f32; SLOTS];
+    lanes::bf16_plane(tile, 0, &mut d);
+    lanes::decode8(tile, LANES, &d, out);
+}
