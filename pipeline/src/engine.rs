@@ -107,7 +107,7 @@ pub enum Reason {
 impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Reason::Hit => write!(f, "cached"),
+            Reason::Hit => write!(f, "entry intact in the store"),
             Reason::HitAfterWait => write!(f, "cached by another process while this one waited"),
             Reason::FirstRun => write!(f, "first run"),
             Reason::VersionChanged { old, new } => {

@@ -1,0 +1,37 @@
+//! Shared helpers of the stages' integration tests: where the fixtures are, and their hashes.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use sha2::{Digest, Sha256};
+
+/// `tests/fixtures/` at the workspace root.
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("tests")
+        .join("fixtures")
+}
+
+/// The q4nx fixture folder of `case` (e.g. `llama-q41`, `gemma3-q41-quarter/rb16`).
+pub fn q4nx_case(case: &str) -> PathBuf {
+    fixtures().join("q4nx").join(case)
+}
+
+/// Every q4nx case folder.
+pub const CASES: [&str; 6] = [
+    "llama-q41",
+    "llama-q40",
+    "llama-q80",
+    "qwen35-q80",
+    "gemma3-q41-quarter/stock",
+    "gemma3-q41-quarter/rb16",
+];
+
+/// Hex sha256 of a file.
+pub fn sha256_file(path: &std::path::Path) -> String {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let d = Sha256::digest(&bytes);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
