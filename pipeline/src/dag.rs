@@ -130,11 +130,17 @@ fn topo_order(stages: &[Arc<dyn Stage>], parents: &[BTreeSet<usize>]) -> Result<
         .ok_or_else(|| Error::Internal("cycle without nodes".into()))?;
     loop {
         if let Some(pos) = path.iter().position(|&p| p == at) {
-            let mut cycle: Vec<String> = path[pos..]
+            // Walked child → parent; reverse to read in data-flow order, and start at the
+            // earliest-declared stage so the message is stable.
+            let mut ring: Vec<usize> = path[pos..].iter().rev().copied().collect();
+            let start = ring
                 .iter()
-                .rev()
-                .map(|&i: &usize| stages[i].name().to_string())
-                .collect();
+                .enumerate()
+                .min_by_key(|(_, i)| **i)
+                .map_or(0, |(p, _)| p);
+            ring.rotate_left(start);
+            let mut cycle: Vec<String> =
+                ring.iter().map(|&i| stages[i].name().to_string()).collect();
             cycle.push(cycle[0].clone());
             return Err(Error::Cycle { cycle });
         }
