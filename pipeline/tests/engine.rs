@@ -69,7 +69,10 @@ impl Stage for Probe {
         1
     }
     fn inputs(&self) -> Vec<Input> {
-        self.parents.iter().map(|p| Input::artifact(p, p, "out")).collect()
+        self.parents
+            .iter()
+            .map(|p| Input::artifact(p, p, "out"))
+            .collect()
     }
     fn outputs(&self) -> Vec<String> {
         vec!["out".into()]
@@ -109,9 +112,15 @@ fn topological_order_puts_ancestors_first() {
     let g = lattice([1; 10], [16; 10]);
     let order: Vec<String> = g.order().map(|s| s.name().to_string()).collect();
     for (i, parents) in DEMO_EDGES.iter().enumerate() {
-        let at = order.iter().position(|n| *n == format!("gen-{i}")).expect("present");
+        let at = order
+            .iter()
+            .position(|n| *n == format!("gen-{i}"))
+            .expect("present");
         for p in *parents {
-            let pat = order.iter().position(|n| *n == format!("gen-{p}")).expect("present");
+            let pat = order
+                .iter()
+                .position(|n| *n == format!("gen-{p}"))
+                .expect("present");
             assert!(pat < at, "gen-{p} must come before gen-{i}: {order:?}");
         }
     }
@@ -203,13 +212,19 @@ fn version_bump_and_param_change_rerun_exactly_the_descendants() {
         bumped.event("gen-4").expect("gen-4").reason,
         "stage version changed from 1 to 2"
     );
-    assert_eq!(bumped.event("gen-6").expect("gen-6").reason, "input gen-4 changed");
+    assert_eq!(
+        bumped.event("gen-6").expect("gen-6").reason,
+        "input gen-4 changed"
+    );
 
     let mut s = sizes;
     s[5] = 8192;
     let changed = run_graph(&store, &lattice(v, s), &opts(), &NullReporter).expect("params");
     assert_eq!(ran(&changed), ["gen-5", "gen-7", "gen-8", "gen-9"]);
-    assert_eq!(changed.event("gen-5").expect("gen-5").reason, "params changed");
+    assert_eq!(
+        changed.event("gen-5").expect("gen-5").reason,
+        "params changed"
+    );
 }
 
 #[test]
@@ -225,15 +240,29 @@ fn tampered_outputs_are_detected_and_rebuilt() {
     bad[100] ^= 0xff;
     std::fs::write(&path, &bad).expect("tamper");
     let r = run_graph(&store, &g, &opts(), &NullReporter).expect("rebuild");
-    assert_eq!(ran(&r), ["gen-3"], "the rebuilt output is identical, so descendants hit");
-    assert!(r.event("gen-3").expect("gen-3").reason.starts_with("the cached entry was modified (out/data: blake3"));
+    assert_eq!(
+        ran(&r),
+        ["gen-3"],
+        "the rebuilt output is identical, so descendants hit"
+    );
+    assert!(
+        r.event("gen-3")
+            .expect("gen-3")
+            .reason
+            .starts_with("the cached entry was modified (out/data: blake3")
+    );
     assert_eq!(std::fs::read(&path).expect("read"), good);
 
     // Truncated: the size check catches it.
     std::fs::write(&path, &good[..10]).expect("truncate");
     let r = run_graph(&store, &g, &opts(), &NullReporter).expect("rebuild");
     assert_eq!(ran(&r), ["gen-3"]);
-    assert!(r.event("gen-3").expect("gen-3").reason.contains("size 10 where the manifest says 409"));
+    assert!(
+        r.event("gen-3")
+            .expect("gen-3")
+            .reason
+            .contains("size 10 where the manifest says 409")
+    );
 
     // Changed content with the mtime put back: only the deep check sees it.
     let meta = std::fs::metadata(&path).expect("stat");
@@ -244,7 +273,10 @@ fn tampered_outputs_are_detected_and_rebuilt() {
         .open(&path)
         .and_then(|f| f.set_modified(mtime))
         .expect("restore mtime");
-    let deep = RunOptions { deep_check: true, ..opts() };
+    let deep = RunOptions {
+        deep_check: true,
+        ..opts()
+    };
     let r = run_graph(&store, &g, &deep, &NullReporter).expect("deep");
     assert_eq!(ran(&r), ["gen-3"]);
     assert_eq!(std::fs::read(&path).expect("read"), good);
@@ -262,14 +294,28 @@ fn a_panicking_or_failing_stage_leaves_nothing_trusted() {
         Arc::new(probe("after", &["bad"], &runs)),
     ])
     .expect("graph");
-    let err = run_graph(&store, &g, &opts(), &NullReporter).err().expect("fails");
+    let err = run_graph(&store, &g, &opts(), &NullReporter)
+        .err()
+        .expect("fails");
     let msg = err.to_string();
     assert!(msg.starts_with("stage bad (key "), "{msg}");
-    assert!(msg.ends_with("panicked: probe bad panics after writing; nothing it wrote was kept"), "{msg}");
+    assert!(
+        msg.ends_with("panicked: probe bad panics after writing; nothing it wrote was kept"),
+        "{msg}"
+    );
     // Only stage a's entry exists; no staging leftovers; no ref was written.
     assert_eq!(store.entries().expect("entries").len(), 1);
-    assert_eq!(std::fs::read_dir(store.root().join("tmp")).expect("tmp").count(), 0);
-    assert!(onebit_pipeline::refs::read_ref(&store, "test").expect("ref").is_none());
+    assert_eq!(
+        std::fs::read_dir(store.root().join("tmp"))
+            .expect("tmp")
+            .count(),
+        0
+    );
+    assert!(
+        onebit_pipeline::refs::read_ref(&store, "test")
+            .expect("ref")
+            .is_none()
+    );
     // The failure is in the run records, with the skipped descendant.
     let recs: Vec<_> = std::fs::read_dir(store.runs_dir()).expect("runs").collect();
     assert_eq!(recs.len(), 1);
@@ -284,7 +330,13 @@ fn a_panicking_or_failing_stage_leaves_nothing_trusted() {
 #[test]
 fn gc_removes_unreferenced_entries_and_reports_bytes() {
     let (_d, store) = store();
-    run_graph(&store, &lattice([1; 10], [1000; 10]), &opts(), &NullReporter).expect("v1");
+    run_graph(
+        &store,
+        &lattice([1; 10], [1000; 10]),
+        &opts(),
+        &NullReporter,
+    )
+    .expect("v1");
     let mut v = [1u32; 10];
     v[9] = 2;
     run_graph(&store, &lattice(v, [1000; 10]), &opts(), &NullReporter).expect("v2");

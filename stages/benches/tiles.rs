@@ -1,1 +1,92 @@
-fn main() {}
+//! Dequant throughput per tile kind, in GB/s of tile bytes, on one core and on all cores, side by
+//! side with the ceiling: a plain memcpy of the same bytes.
+//!
+//! Run: `cargo bench -p onebit-stages --bench tiles` (`ONEBIT_BENCH_MIB` sets the tile bytes per
+//! kind, default 64).
+
+use std::time::{Duration, Instant};
+
+use onebit_stages::tiles::{ALL_KINDS, TileKind};
+use rayon::prelude::*;
+
+/// Deterministic tiles with finite scales, so the timing covers real arithmetic.
+fn tiles(kind: TileKind, bytes: usize) -> Vec<u8> {
+    let w = kind.bytes();
+    let n = bytes / w;
+    let mut v = vec![0u8; n * w];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for b in v.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = (x >> 32) as u8;
+    }
+    for t in v.chunks_exact_mut(w) {
+        // bf16 scale planes at the front: moderate positive values (Q4K/MXFP4 bytes are u8 anyway).
+        for s in 0..256.min(w / 2) {
+            t[2 * s] = (s % 127) as u8;
+            t[2 * s + 1] = 0x3C;
+        }
+    }
+    v
+}
+
+fn best(mut f: impl FnMut() -> Duration) -> Duration {
+    (0..5).map(|_| f()).min().unwrap_or_default()
+}
+
+fn main() {
+    let mib: usize = std::env::var("ONEBIT_BENCH_MIB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64);
+    let threads = rayon::current_num_threads();
+    println!("tiles: {mib} MiB of tile bytes per kind; GB/s of tile bytes; {threads} threads for 'all'");
+    println!("{:<11} {:>10} {:>12} {:>12} {:>10} {:>10}", "kind", "memcpy", "decode 1c", "decode all", "1c/memcpy", "all/memcpy");
+    for kind in ALL_KINDS {
+        let data = tiles(kind, mib << 20);
+        let w = kind.bytes();
+        let gb = data.len() as f64 / 1e9;
+        let mut dst = vec![0u8; w];
+        let memcpy = best(|| {
+            let t = Instant::now();
+            for tile in data.chunks_exact(w) {
+                dst.copy_from_slice(tile);
+                std::hint::black_box(&dst);
+            }
+            t.elapsed()
+        });
+        let mut out = vec![0f32; kind.rows() * kind.cols()];
+        let one = best(|| {
+            let t = Instant::now();
+            for tile in data.chunks_exact(w) {
+                kind.decode(tile, &mut out);
+                std::hint::black_box(&out);
+            }
+            t.elapsed()
+        });
+        let all = best(|| {
+            let t = Instant::now();
+            data.par_chunks(w * 64).for_each_init(
+                || vec![0f32; kind.rows() * kind.cols()],
+                |out, chunk| {
+                    for tile in chunk.chunks_exact(w) {
+                        kind.decode(tile, out);
+                        std::hint::black_box(&out);
+                    }
+                },
+            );
+            t.elapsed()
+        });
+        let rate = |d: Duration| gb / d.as_secs_f64();
+        println!(
+            "{:<11} {:>10.2} {:>12.2} {:>12.2} {:>9.1}% {:>9.1}%",
+            kind.name(),
+            rate(memcpy),
+            rate(one),
+            rate(all),
+            100.0 * rate(one) / rate(memcpy),
+            100.0 * rate(all) / rate(memcpy)
+        );
+    }
+}

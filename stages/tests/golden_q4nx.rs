@@ -16,7 +16,8 @@ use serde_json::Value;
 
 fn expected(case: &str) -> Value {
     let p = common::q4nx_case(case).join("expected.json");
-    serde_json::from_slice(&std::fs::read(&p).expect("read expected.json")).expect("parse expected.json")
+    serde_json::from_slice(&std::fs::read(&p).expect("read expected.json"))
+        .expect("parse expected.json")
 }
 
 fn f32s(v: &Value) -> Vec<f32> {
@@ -66,18 +67,53 @@ fn headers_match_expected() {
         let dir = common::q4nx_case(case);
         let c = Container::open(&dir.join("model.q4nx")).expect("open");
         let h = c.header();
-        assert_eq!(h.header_len, e["container"]["header_json_bytes"].as_u64().unwrap_or(0), "{case}");
-        assert_eq!(h.tensors.len() as u64, e["container"]["tensor_count"].as_u64().unwrap_or(0), "{case}");
-        assert_eq!(h.metadata.is_some(), e["container"]["has_metadata"].as_bool().unwrap_or(true), "{case}");
+        assert_eq!(
+            h.header_len,
+            e["container"]["header_json_bytes"].as_u64().unwrap_or(0),
+            "{case}"
+        );
+        assert_eq!(
+            h.tensors.len() as u64,
+            e["container"]["tensor_count"].as_u64().unwrap_or(0),
+            "{case}"
+        );
+        assert_eq!(
+            h.metadata.is_some(),
+            e["container"]["has_metadata"].as_bool().unwrap_or(true),
+            "{case}"
+        );
         for t in e["tensors"].as_array().expect("tensors") {
             let name = t["name"].as_str().expect("name");
-            let info = c.tensor(name).unwrap_or_else(|| panic!("{case}: no {name}"));
-            assert_eq!(info.dtype.name(), t["dtype"].as_str().unwrap_or(""), "{case} {name}");
-            let shape: Vec<u64> = t["shape"].as_array().expect("shape").iter().filter_map(Value::as_u64).collect();
+            let info = c
+                .tensor(name)
+                .unwrap_or_else(|| panic!("{case}: no {name}"));
+            assert_eq!(
+                info.dtype.name(),
+                t["dtype"].as_str().unwrap_or(""),
+                "{case} {name}"
+            );
+            let shape: Vec<u64> = t["shape"]
+                .as_array()
+                .expect("shape")
+                .iter()
+                .filter_map(Value::as_u64)
+                .collect();
             assert_eq!(info.shape, shape, "{case} {name}");
-            assert_eq!(info.nbytes(), t["nbytes"].as_u64().unwrap_or(0), "{case} {name}");
-            assert_eq!(info.begin, t["data_offsets"][0].as_u64().unwrap_or(1), "{case} {name}");
-            assert_eq!(info.end, t["data_offsets"][1].as_u64().unwrap_or(0), "{case} {name}");
+            assert_eq!(
+                info.nbytes(),
+                t["nbytes"].as_u64().unwrap_or(0),
+                "{case} {name}"
+            );
+            assert_eq!(
+                info.begin,
+                t["data_offsets"][0].as_u64().unwrap_or(1),
+                "{case} {name}"
+            );
+            assert_eq!(
+                info.end,
+                t["data_offsets"][1].as_u64().unwrap_or(0),
+                "{case} {name}"
+            );
         }
     }
 }
@@ -87,7 +123,8 @@ fn detected_layouts_match_expected() {
     for case in common::CASES {
         let e = expected(case);
         let (_, layouts) = open_case(case);
-        let by_name: BTreeMap<&str, &TensorLayout> = layouts.iter().map(|l| (l.name.as_str(), l)).collect();
+        let by_name: BTreeMap<&str, &TensorLayout> =
+            layouts.iter().map(|l| (l.name.as_str(), l)).collect();
         for t in e["tensors"].as_array().expect("tensors") {
             let name = t["name"].as_str().expect("name");
             let l = by_name[name];
@@ -96,17 +133,56 @@ fn detected_layouts_match_expected() {
                 continue;
             }
             let lay = &t["layout"];
-            let Layout::Tiled { kind, row_blocks, col_tiles, padded_k, .. } = l.layout else {
+            let Layout::Tiled {
+                kind,
+                row_blocks,
+                col_tiles,
+                padded_k,
+                ..
+            } = l.layout
+            else {
                 panic!("{case} {name}: not tiled");
             };
-            assert_eq!(kind.bytes() as u64, lay["tile_bytes"].as_u64().unwrap_or(0), "{case} {name}");
-            assert_eq!(kind.rows() as u64, lay["row_block_size"].as_u64().unwrap_or(0), "{case} {name}");
-            assert_eq!(kind.cols() as u64, lay["col_block_size"].as_u64().unwrap_or(0), "{case} {name}");
-            assert_eq!(row_blocks, lay["n_row_blocks"].as_u64().unwrap_or(0), "{case} {name}");
-            assert_eq!(col_tiles, lay["n_col_blocks"].as_u64().unwrap_or(0), "{case} {name}");
-            assert_eq!(padded_k, lay["padded_K"].as_u64().unwrap_or(0), "{case} {name}");
-            assert_eq!(l.rows, t["source"]["logical_rows"].as_u64().unwrap_or(0), "{case} {name}");
-            assert_eq!(l.k, t["source"]["logical_K"].as_u64().unwrap_or(0), "{case} {name}");
+            assert_eq!(
+                kind.bytes() as u64,
+                lay["tile_bytes"].as_u64().unwrap_or(0),
+                "{case} {name}"
+            );
+            assert_eq!(
+                kind.rows() as u64,
+                lay["row_block_size"].as_u64().unwrap_or(0),
+                "{case} {name}"
+            );
+            assert_eq!(
+                kind.cols() as u64,
+                lay["col_block_size"].as_u64().unwrap_or(0),
+                "{case} {name}"
+            );
+            assert_eq!(
+                row_blocks,
+                lay["n_row_blocks"].as_u64().unwrap_or(0),
+                "{case} {name}"
+            );
+            assert_eq!(
+                col_tiles,
+                lay["n_col_blocks"].as_u64().unwrap_or(0),
+                "{case} {name}"
+            );
+            assert_eq!(
+                padded_k,
+                lay["padded_K"].as_u64().unwrap_or(0),
+                "{case} {name}"
+            );
+            assert_eq!(
+                l.rows,
+                t["source"]["logical_rows"].as_u64().unwrap_or(0),
+                "{case} {name}"
+            );
+            assert_eq!(
+                l.k,
+                t["source"]["logical_K"].as_u64().unwrap_or(0),
+                "{case} {name}"
+            );
             let enc = t["encoding"].as_str().unwrap_or("");
             let broken = enc.starts_with("LOSSY/INCORRECT");
             let want = if broken || enc.contains("4-bit asymmetric") {
@@ -119,8 +195,18 @@ fn detected_layouts_match_expected() {
                 panic!("{case} {name}: unknown encoding {enc}")
             };
             assert_eq!(kind.codes(), want, "{case} {name}: {}", l.decision);
-            assert_eq!(!l.flags.is_empty(), broken, "{case} {name}: flags {:?}", l.flags);
-            assert!(l.decision.starts_with(&format!("kind={kind} <- declared width")), "{}", l.decision);
+            assert_eq!(
+                !l.flags.is_empty(),
+                broken,
+                "{case} {name}: flags {:?}",
+                l.flags
+            );
+            assert!(
+                l.decision
+                    .starts_with(&format!("kind={kind} <- declared width")),
+                "{}",
+                l.decision
+            );
         }
     }
 }
@@ -131,14 +217,19 @@ fn every_sample_decodes_bit_exactly_and_correlates_with_the_gguf() {
     for case in common::CASES {
         let e = expected(case);
         let (c, layouts) = open_case(case);
-        let by_name: BTreeMap<&str, &TensorLayout> = layouts.iter().map(|l| (l.name.as_str(), l)).collect();
+        let by_name: BTreeMap<&str, &TensorLayout> =
+            layouts.iter().map(|l| (l.name.as_str(), l)).collect();
         for t in e["tensors"].as_array().expect("tensors") {
             let name = t["name"].as_str().expect("name");
             let l = by_name[name];
             let broken = t["encoding"].as_str().unwrap_or("").starts_with("LOSSY");
             let (mut ours_all, mut truth_all) = (Vec::new(), Vec::new());
             for s in t["samples"].as_array().expect("samples") {
-                let row = s.get("container_row").or_else(|| s.get("row")).and_then(Value::as_u64).unwrap_or(0) as usize;
+                let row = s
+                    .get("container_row")
+                    .or_else(|| s.get("row"))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0) as usize;
                 let lo = s["cols"][0].as_u64().expect("lo") as usize;
                 let hi = s["cols"][1].as_u64().expect("hi") as usize;
                 let decoded = decode_row(&c, l, row);
@@ -165,13 +256,27 @@ fn every_sample_decodes_bit_exactly_and_correlates_with_the_gguf() {
                     // The stored scale (and zero-point) of the sampled group.
                     let rows = kind.rows();
                     let info = c.tensor(name).expect("tensor");
-                    let Layout::Tiled { col_tiles, .. } = l.layout else { unreachable!() };
+                    let Layout::Tiled { col_tiles, .. } = l.layout else {
+                        unreachable!()
+                    };
                     let tile_i = (row / rows) * col_tiles as usize + lo / kind.cols();
                     let tile = &c.data(info)[tile_i * kind.bytes()..(tile_i + 1) * kind.bytes()];
                     let (d, m) = kind.scale_and_zero(tile, row % rows, (lo % kind.cols()) / 32);
-                    let sk = if broken { "stored_scale_bf16" } else { "scale_bf16" };
-                    assert_eq!(d, s[sk].as_f64().expect("scale") as f32, "{case} {name} scale");
-                    let mk = if broken { "stored_min_bf16" } else { "min_bf16" };
+                    let sk = if broken {
+                        "stored_scale_bf16"
+                    } else {
+                        "scale_bf16"
+                    };
+                    assert_eq!(
+                        d,
+                        s[sk].as_f64().expect("scale") as f32,
+                        "{case} {name} scale"
+                    );
+                    let mk = if broken {
+                        "stored_min_bf16"
+                    } else {
+                        "min_bf16"
+                    };
                     if let Some(want_m) = s.get(mk).and_then(Value::as_f64) {
                         assert_eq!(m, Some(want_m as f32), "{case} {name} min");
                     }
@@ -182,7 +287,10 @@ fn every_sample_decodes_bit_exactly_and_correlates_with_the_gguf() {
             let r = pearson(&ours_all, &truth_all);
             if t["dtype"] == "BF16" {
                 // Plain tensors: the stored value is bf16(truth), bit for bit.
-                assert_eq!(t["stored_equals_bf16_of_truth_bitexact"], true, "{case} {name}");
+                assert_eq!(
+                    t["stored_equals_bf16_of_truth_bitexact"], true,
+                    "{case} {name}"
+                );
                 for (a, b) in ours_all.iter().zip(&truth_all) {
                     assert_eq!(*a, half::bf16::from_f32(*b).to_f32(), "{case} {name}");
                 }
@@ -202,7 +310,12 @@ fn padding_decodes_to_zero_and_values_are_finite() {
         let (c, layouts) = open_case(case);
         for l in &layouts {
             let s = tensor_stats(&c, l).expect("stats");
-            assert_eq!(s.pad.count - s.pad.zeros + s.pad.nan + s.pad.inf, 0, "{case} {}: non-zero padding", l.name);
+            assert_eq!(
+                s.pad.count - s.pad.zeros + s.pad.nan + s.pad.inf,
+                0,
+                "{case} {}: non-zero padding",
+                l.name
+            );
             assert_eq!(s.values.nan + s.values.inf, 0, "{case} {}", l.name);
             assert_eq!(s.values.count, l.rows * l.k, "{case} {}", l.name);
             if let Layout::Tiled { padded_k, .. } = l.layout {
@@ -225,8 +338,16 @@ fn stock_and_rb16_decode_to_identical_matrices() {
             assert_eq!(b.kind(), Some(TileKind::Q41_1280));
             tiled += 1;
         }
-        for row in [0, 1, 17, a.rows as usize - 1].into_iter().filter(|&r| r < a.rows as usize) {
-            assert_eq!(decode_row(&cs, a, row), decode_row(&cr, b, row), "{} row {row}", a.name);
+        for row in [0, 1, 17, a.rows as usize - 1]
+            .into_iter()
+            .filter(|&r| r < a.rows as usize)
+        {
+            assert_eq!(
+                decode_row(&cs, a, row),
+                decode_row(&cr, b, row),
+                "{} row {row}",
+                a.name
+            );
         }
     }
     assert_eq!(tiled, 8);
@@ -240,7 +361,12 @@ fn llama_q41_and_q80_share_layer_1() {
     for (a, b) in l41.iter().zip(&l80) {
         if a.layer == Some(1) && a.kind().is_some() {
             for row in 0..a.rows as usize {
-                assert_eq!(decode_row(&c41, a, row), decode_row(&c80, b, row), "{} row {row}", a.name);
+                assert_eq!(
+                    decode_row(&c41, a, row),
+                    decode_row(&c80, b, row),
+                    "{} row {row}",
+                    a.name
+                );
             }
             checked += 1;
         }

@@ -88,14 +88,16 @@ fn gaps_between_tensors_are_accepted() {
         }),
         72,
     );
-    let h = Header::parse(std::path::Path::new("gap.q4nx"), &b).expect("aligned writers leave gaps");
+    let h =
+        Header::parse(std::path::Path::new("gap.q4nx"), &b).expect("aligned writers leave gaps");
     assert_eq!(h.tensors.len(), 2);
 }
 
 fn detect_with_config(case: &str, patch: serde_json::Value) -> String {
     let dir = common::q4nx_case(case);
     let mut cfg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("config.json")).expect("config")).expect("json");
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).expect("config"))
+            .expect("json");
     for (k, v) in patch.as_object().expect("patch") {
         cfg[k] = v.clone();
     }
@@ -134,14 +136,29 @@ fn unknown_and_unreadable_widths_are_refused_by_name() {
     common::write_q4nx(
         &p,
         &[
-            ("model.layers.0.mlp.up_proj.weight", "I8", vec![1, 5632], vec![0; 5632]),
-            ("model.layers.0.mlp.down_proj.weight", "I8", vec![1, 4266], vec![0; 4266]),
+            (
+                "model.layers.0.mlp.up_proj.weight",
+                "I8",
+                vec![1, 5632],
+                vec![0; 5632],
+            ),
+            (
+                "model.layers.0.mlp.down_proj.weight",
+                "I8",
+                vec![1, 4266],
+                vec![0; 4266],
+            ),
         ],
     );
     let c = Container::open(&p).expect("open");
     let msg = detect_pack(&c, None).expect_err("refuse").to_string();
     assert!(msg.contains("model.layers.0.mlp.up_proj.weight: declared row width 5632 is a known FastFlowLM tile size (4-bit + zero-point + bias) with no reader"), "{msg}");
-    assert!(msg.contains("model.layers.0.mlp.down_proj.weight: declared row width 4266 (I8) is not a tile kind"), "{msg}");
+    assert!(
+        msg.contains(
+            "model.layers.0.mlp.down_proj.weight: declared row width 4266 (I8) is not a tile kind"
+        ),
+        "{msg}"
+    );
     assert!(msg.contains("2 tensors"), "{msg}");
 }
 
@@ -158,7 +175,15 @@ fn a_4608_tile_declared_as_5120_is_never_silently_accepted() {
     for (i, b) in bytes.iter_mut().enumerate().take(4608).skip(512) {
         *b = (i * 7 % 251) as u8;
     }
-    common::write_q4nx(&p, &[("model.layers.0.self_attn.o_proj.weight", "I8", vec![1, 5120], bytes.clone())]);
+    common::write_q4nx(
+        &p,
+        &[(
+            "model.layers.0.self_attn.o_proj.weight",
+            "I8",
+            vec![1, 5120],
+            bytes.clone(),
+        )],
+    );
     let cfg = json!({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
         "num_attention_heads": 1, "head_dim": 256, "vocab_size": 32});
     let g = Geometry::from_config(&cfg).expect("geometry");
@@ -173,18 +198,32 @@ fn a_4608_tile_declared_as_5120_is_never_silently_accepted() {
     let mut as4608 = vec![0f32; 32 * 256];
     onebit_stages::tiles::TileKind::Q40_4608.decode(&bytes[..4608], &mut as4608);
     let r = onebit_stages::reader::pearson(&as5120, &as4608);
-    assert!(r.abs() < 0.5, "two readings of one tile correlate {r}: indistinguishable");
+    assert!(
+        r.abs() < 0.5,
+        "two readings of one tile correlate {r}: indistinguishable"
+    );
     // And with the honest 4608 byte count but a 5120 declaration, the header refuses.
     common::write_q4nx(&p, &[("w", "I8", vec![1, 5120], bytes[..4608].to_vec())]);
     let err = Container::open(&p).err().expect("refused").to_string();
-    assert!(err.ends_with("w: holds 4608 bytes, but I8 × [1, 5120] needs 5120"), "{err}");
+    assert!(
+        err.ends_with("w: holds 4608 bytes, but I8 × [1, 5120] needs 5120"),
+        "{err}"
+    );
 }
 
 #[test]
 fn eight_bit_orders_without_a_reference_are_refused_naming_both() {
     let dir = tempfile::tempdir().expect("tmp");
     let p = dir.path().join("model.q4nx");
-    common::write_q4nx(&p, &[("model.layers.0.mlp.down_proj.weight", "I8", vec![1, 8704], vec![1; 8704])]);
+    common::write_q4nx(
+        &p,
+        &[(
+            "model.layers.0.mlp.down_proj.weight",
+            "I8",
+            vec![1, 8704],
+            vec![1; 8704],
+        )],
+    );
     let cfg = json!({"model_type": "llama", "hidden_size": 32, "intermediate_size": 256,
         "num_attention_heads": 1, "vocab_size": 32});
     let g = Geometry::from_config(&cfg).expect("geometry");

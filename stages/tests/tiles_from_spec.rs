@@ -69,7 +69,9 @@ fn build(kind: TileKind, seed: u64) -> (Vec<u8>, Vec<f32>) {
                 for c in 0..c_ {
                     let q = rng.byte() & 15;
                     let at = match kind {
-                        TileKind::Q41_5120 | TileKind::Q40_5120 => 1024 + (r / 16) * 2048 + c * 8 + (r % 16) / 2,
+                        TileKind::Q41_5120 | TileKind::Q40_5120 => {
+                            1024 + (r / 16) * 2048 + c * 8 + (r % 16) / 2
+                        }
                         TileKind::Q41_1280 => 256 + c * 8 + r / 2,
                         _ => 512 + (r / 16) * 1024 + c * 8 + (r % 16) / 2,
                     };
@@ -119,7 +121,8 @@ fn build(kind: TileKind, seed: u64) -> (Vec<u8>, Vec<f32>) {
                     let q = rng.byte() & 15;
                     nib(&mut t, 512 + c * 16 + r / 2, r % 2 == 1, q);
                     let s = (c / 32) * 32 + r;
-                    want[r * 256 + c] = bf(big_s[r]) * sc[s] as f32 * q as f32 + bf(big_m[r]) * mn[s] as f32;
+                    want[r * 256 + c] =
+                        bf(big_s[r]) * sc[s] as f32 * q as f32 + bf(big_m[r]) * mn[s] as f32;
                 }
             }
         }
@@ -155,7 +158,12 @@ fn build(kind: TileKind, seed: u64) -> (Vec<u8>, Vec<f32>) {
             for r in 0..32 {
                 for c in 0..128 {
                     let q = rng.byte() & 15;
-                    nib(&mut t, 512 + (r / 16) * 1024 + c * 8 + (r % 16) / 2, r % 2 == 1, q);
+                    nib(
+                        &mut t,
+                        512 + (r / 16) * 1024 + c * 8 + (r % 16) / 2,
+                        r % 2 == 1,
+                        q,
+                    );
                     let mag = E2M1[(q & 7) as usize];
                     let v = if q & 8 != 0 { -mag } else { mag };
                     want[r * 128 + c] = v * 2f32.powi(e[(c / 32) * 32 + r] as i32 - 127);

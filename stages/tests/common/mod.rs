@@ -52,7 +52,7 @@ pub fn write_q4nx(path: &std::path::Path, tensors: &[RawTensor<'_>]) {
         );
     }
     let mut h = serde_json::to_vec(&serde_json::Value::Object(header)).expect("json");
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();

@@ -1,0 +1,239 @@
+//! End-to-end tests through the built binary, each in its own `ONEBIT_HOME`: concurrent runs,
+//! a run killed with SIGKILL mid-write, status after an upgrade, gc, the import of every fixture,
+//! and the clear refusal of what is not built.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_onebit-pipe"))
+}
+
+fn run_in(home: &Path, args: &[&str]) -> Output {
+    bin()
+        .env("ONEBIT_HOME", home)
+        .args(args)
+        .output()
+        .expect("spawn onebit-pipe")
+}
+
+fn events(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn finished<'a>(evs: &'a [Value], status: &str) -> Vec<&'a str> {
+    evs.iter()
+        .filter(|e| e["event"] == "stage_finished" && e["status"] == status)
+        .filter_map(|e| e["stage"].as_str())
+        .collect()
+}
+
+fn fixture(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/q4nx")
+        .join(case)
+}
+
+#[test]
+fn two_processes_on_one_graph_both_succeed_and_each_body_runs_once() {
+    let home = tempfile::tempdir().expect("tmp");
+    let args = [
+        "--json",
+        "run",
+        "--demo",
+        "--demo-bytes",
+        "4000000",
+        "--demo-delay-ms",
+        "150",
+    ];
+    let spawn = || {
+        bin()
+            .env("ONEBIT_HOME", home.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (
+        a.wait_with_output().expect("a"),
+        b.wait_with_output().expect("b"),
+    );
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    let (ea, eb) = (events(&a), events(&b));
+    let mut ran: Vec<&str> = finished(&ea, "miss");
+    ran.extend(finished(&eb, "miss"));
+    ran.sort();
+    let want: Vec<String> = (0..10).map(|i| format!("gen-{i}")).collect();
+    assert_eq!(
+        ran, want,
+        "every stage body ran exactly once across both processes"
+    );
+    assert_eq!(finished(&ea, "hit").len() + finished(&eb, "hit").len(), 10);
+}
+
+#[test]
+fn a_run_killed_mid_write_leaves_no_trusted_entry_and_the_next_run_succeeds() {
+    let home = tempfile::tempdir().expect("tmp");
+    let mut child = bin()
+        .env("ONEBIT_HOME", home.path())
+        .args([
+            "--quiet",
+            "run",
+            "--demo",
+            "--demo-bytes",
+            "20000000",
+            "--demo-delay-ms",
+            "30000",
+        ])
+        .spawn()
+        .expect("spawn");
+    // Wait until gen-0 is half written into its staging directory.
+    let tmp = home.path().join("store-v1/tmp");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let staged = std::fs::read_dir(&tmp)
+            .map(|d| {
+                d.filter_map(Result::ok).any(|e| {
+                    std::fs::metadata(e.path().join("out/data")).is_ok_and(|m| m.len() > 0)
+                })
+            })
+            .unwrap_or(false);
+        if staged {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the demo never started writing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL"); // std's kill is SIGKILL on Unix
+    child.wait().expect("reap");
+    let entries = std::fs::read_dir(home.path().join("store-v1/entries"))
+        .expect("entries")
+        .count();
+    assert_eq!(entries, 0, "a killed stage published an entry");
+
+    let out = run_in(
+        home.path(),
+        &["--json", "run", "--demo", "--demo-bytes", "20000000"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(finished(&events(&out), "miss").len(), 10);
+    let status = run_in(home.path(), &["status", "--deep"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("demo (fresh;"), "{text}");
+    // gc clears the killed run's staging leftovers.
+    let gc = run_in(home.path(), &["gc"]);
+    let text = String::from_utf8_lossy(&gc.stdout);
+    assert!(text.starts_with("removed 0 entries ("), "{text}");
+    assert_eq!(std::fs::read_dir(&tmp).expect("tmp").count(), 0);
+}
+
+#[test]
+fn status_names_stale_stages_after_an_upgrade() {
+    let home = tempfile::tempdir().expect("tmp");
+    // A ref built by "older code": every demo stage at version 2, where this build has 1.
+    let out = run_in(
+        home.path(),
+        &[
+            "--quiet",
+            "run",
+            "--demo",
+            "--demo-bytes",
+            "100000",
+            "--demo-version",
+            "2",
+        ],
+    );
+    assert!(out.status.success());
+    let status = run_in(home.path(), &["status"]);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("demo (needs a run;"), "{text}");
+    assert!(text.contains("stale: version 2 -> 1"), "{text}");
+    assert!(
+        text.contains("re-run: onebit-pipe run --demo --demo-bytes 100000 --demo-version 2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn every_fixture_imports_and_a_second_run_is_all_hits() {
+    let home = tempfile::tempdir().expect("tmp");
+    for case in [
+        "llama-q41",
+        "llama-q40",
+        "llama-q80",
+        "qwen35-q80",
+        "gemma3-q41-quarter/stock",
+        "gemma3-q41-quarter/rb16",
+    ] {
+        let dir = fixture(case);
+        let p = dir.to_str().expect("utf8 path");
+        let first = run_in(home.path(), &["--json", "run", "--path", p]);
+        assert!(
+            first.status.success(),
+            "{case}: {}",
+            String::from_utf8_lossy(&first.stderr)
+        );
+        assert_eq!(
+            finished(&events(&first), "miss"),
+            ["detect", "dequant"],
+            "{case}"
+        );
+        let second = run_in(home.path(), &["--json", "run", "--path", p]);
+        assert!(second.status.success());
+        assert_eq!(
+            finished(&events(&second), "hit"),
+            ["detect", "dequant"],
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn a_folder_without_a_pack_is_refused_with_exit_code_1() {
+    let home = tempfile::tempdir().expect("tmp");
+    let empty = tempfile::tempdir().expect("tmp");
+    let out = run_in(
+        home.path(),
+        &["run", "--path", empty.path().to_str().expect("utf8")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("model.q4nx: the repository folder has no model.q4nx"),
+        "{err}"
+    );
+}
+
+#[test]
+fn what_is_not_built_exits_non_zero_and_says_so() {
+    let home = tempfile::tempdir().expect("tmp");
+    for (args, says) in [
+        (
+            vec!["sql", "SELECT 1"],
+            "the DataFusion catalog is not built yet",
+        ),
+        (vec!["serve"], "the HTTP server are not built yet"),
+        (
+            vec!["run", "--repo", "FastFlowLM/Gemma3-270M-NPU2"],
+            "the fetch stage (Hugging Face hub download) is not built yet",
+        ),
+    ] {
+        let out = run_in(home.path(), &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
