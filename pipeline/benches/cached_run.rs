@@ -42,7 +42,10 @@ fn main() {
         let t = Instant::now();
         let r = run_graph(&store, &graph, &opts, &NullReporter).expect("cached run");
         warm.push(t.elapsed());
-        assert!(r.events.iter().all(|e| e.status == Status::Hit), "a cached run ran a body");
+        assert!(
+            r.events.iter().all(|e| e.status == Status::Hit),
+            "a cached run ran a body"
+        );
     }
     let warm_med = median(warm.clone());
     let warm_min = warm.iter().min().copied().unwrap_or_default();
@@ -76,13 +79,34 @@ fn main() {
     }
     let (single, multi) = (median(single), median(multi));
     let gib = total as f64 / (1u64 << 30) as f64;
-    println!("cached_run: 10-stage demo graph, {total} artifact bytes ({gib:.2} GiB), {} threads", rayon_threads());
+    println!(
+        "cached_run: 10-stage demo graph, {total} artifact bytes ({gib:.2} GiB), {} threads",
+        rayon_threads()
+    );
     println!("  cold run (all stages ran)        {:>10.1} ms", ms(cold_t));
-    println!("  cached run, median of 20         {:>10.3} ms (min {:.3} ms)", ms(warm_med), ms(warm_min));
-    println!("  baseline: blake3 one pass, 1 thread {:>7.1} ms ({:.2} GB/s)", ms(single), total as f64 / single.as_secs_f64() / 1e9);
-    println!("  baseline: blake3 one pass, rayon    {:>7.1} ms ({:.2} GB/s)", ms(multi), total as f64 / multi.as_secs_f64() / 1e9);
-    println!("  ratio cached / hash pass (1 thread) {:>7.3} %", 100.0 * warm_med.as_secs_f64() / single.as_secs_f64());
-    println!("  ratio cached / hash pass (rayon)    {:>7.3} %", 100.0 * warm_med.as_secs_f64() / multi.as_secs_f64());
+    println!(
+        "  cached run, median of 20         {:>10.3} ms (min {:.3} ms)",
+        ms(warm_med),
+        ms(warm_min)
+    );
+    println!(
+        "  baseline: blake3 one pass, 1 thread {:>7.1} ms ({:.2} GB/s)",
+        ms(single),
+        total as f64 / single.as_secs_f64() / 1e9
+    );
+    println!(
+        "  baseline: blake3 one pass, rayon    {:>7.1} ms ({:.2} GB/s)",
+        ms(multi),
+        total as f64 / multi.as_secs_f64() / 1e9
+    );
+    println!(
+        "  ratio cached / hash pass (1 thread) {:>7.3} %",
+        100.0 * warm_med.as_secs_f64() / single.as_secs_f64()
+    );
+    println!(
+        "  ratio cached / hash pass (rayon)    {:>7.3} %",
+        100.0 * warm_med.as_secs_f64() / multi.as_secs_f64()
+    );
 }
 
 fn ms(d: Duration) -> f64 {

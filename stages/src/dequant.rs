@@ -60,7 +60,7 @@ pub fn tensor_stats(container: &Container, layout: &TensorLayout) -> Result<Tens
         .map_init(
             || (Vec::new(), Vec::new(), Vec::new()),
             |(out, pad, scratch), b| {
-                let n = rows.block(b, out, pad, scratch);
+                let n = rows.block_unordered(b, out, pad, scratch);
                 let mut m = Moments::default();
                 m.extend(out);
                 let mut p = Moments::default();

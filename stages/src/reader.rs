@@ -180,6 +180,54 @@ impl<'a> TensorRows<'a> {
     }
 }
 
+impl TensorRows<'_> {
+    /// Like [`TensorRows::block`], but the values of the block come in no particular order (tile
+    /// by tile, column-major): the fast path for order-free consumers such as statistics. Returns
+    /// the number of logical rows in the block.
+    pub fn block_unordered(
+        &self,
+        b: usize,
+        out: &mut Vec<f32>,
+        pad: &mut Vec<f32>,
+        scratch: &mut Vec<f32>,
+    ) -> usize {
+        let Layout::Tiled {
+            kind,
+            row_blocks,
+            col_tiles,
+            ..
+        } = self.layout.layout
+        else {
+            return self.block(b, out, pad, scratch);
+        };
+        let Ok(reader) = TiledReader::new(self.data, kind, row_blocks as usize, col_tiles as usize)
+        else {
+            return 0;
+        };
+        let (r_, c_) = (kind.rows(), kind.cols());
+        let rows = self.layout.rows as usize;
+        let k = self.layout.k as usize;
+        let n = r_.min(rows.saturating_sub(b * r_));
+        out.clear();
+        pad.clear();
+        scratch.resize(r_ * c_, 0.0);
+        for cb in 0..col_tiles as usize {
+            kind.decode_cols(reader.tile(b, cb), scratch);
+            let live_cols = k.saturating_sub(cb * c_).min(c_);
+            for c in 0..c_ {
+                let col = &scratch[c * r_..(c + 1) * r_];
+                if c < live_cols {
+                    out.extend_from_slice(&col[..n]);
+                    pad.extend_from_slice(&col[n..]);
+                } else {
+                    pad.extend_from_slice(col);
+                }
+            }
+        }
+        n
+    }
+}
+
 /// Pearson correlation of two equally long sequences (f64 accumulation); 0 when either is flat.
 pub fn pearson(a: &[f32], b: &[f32]) -> f64 {
     let n = a.len().min(b.len());

@@ -373,3 +373,25 @@ fn llama_q41_and_q80_share_layer_1() {
     }
     assert_eq!(checked, 7);
 }
+
+#[test]
+fn the_unordered_fast_path_yields_the_same_values_as_the_row_major_reader() {
+    for case in common::CASES {
+        let (c, layouts) = open_case(case);
+        for l in &layouts {
+            let rows = TensorRows::new(&c, l).expect("reader");
+            let (mut a, mut pa, mut b, mut pb, mut s) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for blk in 0..rows.blocks() {
+                let n1 = rows.block(blk, &mut a, &mut pa, &mut s);
+                let n2 = rows.block_unordered(blk, &mut b, &mut pb, &mut s);
+                assert_eq!(n1, n2);
+                for v in [&mut a, &mut b, &mut pa, &mut pb] {
+                    v.sort_by(f32::total_cmp);
+                }
+                assert_eq!(a, b, "{case} {} block {blk}", l.name);
+                assert_eq!(pa, pb, "{case} {} block {blk} padding", l.name);
+            }
+        }
+    }
+}

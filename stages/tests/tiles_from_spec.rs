@@ -181,12 +181,18 @@ fn every_kind_decodes_every_element_of_a_spec_built_tile() {
             let (tile, want) = build(kind, seed);
             let mut out = vec![f32::NAN; kind.rows() * kind.cols()];
             kind.decode(&tile, &mut out);
+            let mut cols = vec![f32::NAN; kind.rows() * kind.cols()];
+            kind.decode_cols(&tile, &mut cols);
             for (i, (a, b)) in out.iter().zip(&want).enumerate() {
+                let (r, c) = (i / kind.cols(), i % kind.cols());
                 assert!(
                     a.to_bits() == b.to_bits() || (a == b),
-                    "{kind} seed {seed:#x}: element (r {}, c {}) decoded {a:e}, spec says {b:e}",
-                    i / kind.cols(),
-                    i % kind.cols()
+                    "{kind} seed {seed:#x}: element (r {r}, c {c}) decoded {a:e}, spec says {b:e}"
+                );
+                let fast = cols[c * kind.rows() + r];
+                assert!(
+                    fast.to_bits() == a.to_bits(),
+                    "{kind} seed {seed:#x}: fast path (r {r}, c {c}) {fast:e} != reference {a:e}"
                 );
             }
         }

@@ -73,8 +73,9 @@ pub fn bf16_at(tile: &[u8], at: usize) -> f32 {
 /// Reads `n` consecutive bf16 values starting at byte `at` into `out`.
 #[inline]
 pub fn bf16_plane(tile: &[u8], at: usize, out: &mut [f32]) {
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = bf16_at(tile, at + 2 * i);
+    let src = &tile[at..at + 2 * out.len()];
+    for (o, ch) in out.iter_mut().zip(src.chunks_exact(2)) {
+        *o = f32::from_bits((u16::from_le_bytes([ch[0], ch[1]]) as u32) << 16);
     }
 }
 
@@ -138,6 +139,132 @@ pub fn decode8(tile: &[u8], l: Lanes, d: &[f32], out: &mut [f32]) {
             }
         }
     }
+}
+
+/// Decodes 4-bit codes column-major: `out[c·R + r] = d[slot]·map(q)` (+ `m[slot]`).
+///
+/// The fast twin of [`decode4`]. In storage order each column of a lane band holds its `P` rows'
+/// codes in `P/2` consecutive bytes, and the `d`/`m` slots of those rows are consecutive too, so
+/// writing columns keeps every load and store contiguous and the 16-wide inner loops vectorize.
+#[inline(always)]
+pub fn decode4_cols(
+    tile: &[u8],
+    l: Lanes,
+    map: impl Fn(u8) -> f32,
+    d: &[f32],
+    m: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    let (rows, cols, p) = (l.rows, l.cols, l.lane);
+    let half = p / 2;
+    assert!(out.len() >= rows * cols && tile.len() >= l.base + rows * cols / 2 && p % 16 == 0);
+    for band in 0..rows / p {
+        let band_base = l.base + band * cols * half;
+        let r0 = band * p;
+        for c in 0..cols {
+            let g = c / 32;
+            let bytes = &tile[band_base + c * half..band_base + (c + 1) * half];
+            for (k, chunk) in bytes.chunks_exact(8).enumerate() {
+                let rr = r0 + 16 * k;
+                let mut qb = [0u8; 16];
+                for j in 0..8 {
+                    qb[2 * j] = chunk[j] & 15;
+                    qb[2 * j + 1] = chunk[j] >> 4;
+                }
+                let mut q = [0f32; 16];
+                for i in 0..16 {
+                    q[i] = map(qb[i]);
+                }
+                let dd = &d[g * rows + rr..g * rows + rr + 16];
+                let o = &mut out[c * rows + rr..c * rows + rr + 16];
+                match m {
+                    Some(m) => {
+                        let mm = &m[g * rows + rr..g * rows + rr + 16];
+                        for i in 0..16 {
+                            o[i] = dd[i] * q[i] + mm[i];
+                        }
+                    }
+                    None => {
+                        for i in 0..16 {
+                            o[i] = dd[i] * q[i];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Decodes 8-bit codes column-major: `out[c·R + r] = d[slot]·(code as i8)`; the fast twin of
+/// [`decode8`].
+#[inline(always)]
+pub fn decode8_cols(tile: &[u8], l: Lanes, d: &[f32], out: &mut [f32]) {
+    let (rows, cols, p) = (l.rows, l.cols, l.lane);
+    for band in 0..rows / p {
+        let band_base = l.base + band * cols * p;
+        let r0 = band * p;
+        for c in 0..cols {
+            let g = c / 32;
+            let bytes = &tile[band_base + c * p..band_base + (c + 1) * p];
+            let dd = &d[g * rows + r0..g * rows + r0 + p];
+            let o = &mut out[c * rows + r0..c * rows + r0 + p];
+            for i in 0..p {
+                o[i] = dd[i] * (bytes[i] as i8) as f32;
+            }
+        }
+    }
+}
+
+/// How 4-bit codes become numbers, for [`decode4_cols_fast`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nibbles {
+    /// `q`.
+    Unsigned,
+    /// `sext4(q)`.
+    Signed,
+    /// FP4 E2M1.
+    Fp4,
+}
+
+/// [`decode4_cols`] with the AVX2 kernel when the CPU has it (integer nibbles only).
+#[inline(always)]
+pub fn decode4_cols_fast(
+    tile: &[u8],
+    l: Lanes,
+    nibbles: Nibbles,
+    d: &[f32],
+    m: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if nibbles != Nibbles::Fp4 && l.lane % 16 == 0 && std::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present (checked); sizes are checked inside.
+        unsafe { super::avx2::decode4_cols(tile, l, nibbles == Nibbles::Signed, d, m, out) };
+        return;
+    }
+    match nibbles {
+        Nibbles::Unsigned => decode4_cols(tile, l, unsigned4, d, m, out),
+        Nibbles::Signed => decode4_cols(tile, l, signed4, d, m, out),
+        Nibbles::Fp4 => decode4_cols(tile, l, e2m1, d, m, out),
+    }
+}
+
+/// `q` as unsigned.
+#[inline(always)]
+pub fn unsigned4(q: u8) -> f32 {
+    q as f32
+}
+
+/// `sext4(q)`.
+#[inline(always)]
+pub fn signed4(q: u8) -> f32 {
+    (((q << 4) as i8) >> 4) as f32
+}
+
+/// FP4 E2M1.
+#[inline(always)]
+pub fn e2m1(q: u8) -> f32 {
+    E2M1[(q & 15) as usize]
 }
 
 #[cfg(test)]

@@ -34,3 +34,13 @@ pub fn decode(tile: &[u8], out: &mut [f32]) {
     }
     lanes::decode4(tile, LANES, &lanes::E2M1, &d, None, out);
 }
+
+/// Decodes one tile column-major into `out[c·R + r]` (the fast path; see `lanes::decode4_cols`).
+#[inline(always)]
+pub fn decode_cols(tile: &[u8], out: &mut [f32]) {
+    let mut d = [0f32; SLOTS];
+    for (slot, v) in d.iter_mut().enumerate() {
+        *v = e8m0(tile[slot]);
+    }
+    lanes::decode4_cols_fast(tile, LANES, lanes::Nibbles::Fp4, &d, None, out);
+}

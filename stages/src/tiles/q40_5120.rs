@@ -22,3 +22,11 @@ pub fn decode(tile: &[u8], out: &mut [f32]) {
     lanes::bf16_plane(tile, 0, &mut d);
     lanes::decode4(tile, LANES, &lanes::SIGNED4, &d, None, out);
 }
+
+/// Decodes one tile column-major into `out[c·R + r]` (the fast path; see `lanes::decode4_cols`) (the zero-point plane is ignored: it is all zero).
+#[inline(always)]
+pub fn decode_cols(tile: &[u8], out: &mut [f32]) {
+    let mut d = [0f32; SLOTS];
+    lanes::bf16_plane(tile, 0, &mut d);
+    lanes::decode4_cols_fast(tile, LANES, lanes::Nibbles::Signed, &d, None, out);
+}

@@ -35,3 +35,19 @@ pub fn decode(tile: &[u8], out: &mut [f32]) {
     }
     lanes::decode4(tile, LANES, &lanes::UNSIGNED4, &d, Some(&m), out);
 }
+
+/// Decodes one tile column-major into `out[c·R + r]` (the fast path; see `lanes::decode4_cols`).
+#[inline(always)]
+pub fn decode_cols(tile: &[u8], out: &mut [f32]) {
+    let rows = LANES.rows;
+    let mut d = [0f32; SLOTS];
+    let mut m = [0f32; SLOTS];
+    for g in 0..LANES.groups() {
+        for r in 0..rows {
+            let slot = LANES.slot(r, g);
+            d[slot] = lanes::bf16_at(tile, S_AT + 2 * r) * tile[slot] as f32;
+            m[slot] = lanes::bf16_at(tile, M_AT + 2 * r) * tile[256 + slot] as f32;
+        }
+    }
+    lanes::decode4_cols_fast(tile, LANES, lanes::Nibbles::Unsigned, &d, Some(&m), out);
+}

@@ -22,3 +22,11 @@ pub fn decode(tile: &[u8], out: &mut [f32]) {
     lanes::bf16_plane(tile, 0, &mut d);
     lanes::decode8(tile, LANES, &d, out);
 }
+
+/// Decodes one tile column-major into `out[c·R + r]` (the fast path; see `lanes::decode4_cols`).
+#[inline(always)]
+pub fn decode_cols(tile: &[u8], out: &mut [f32]) {
+    let mut d = [0f32; SLOTS];
+    lanes::bf16_plane(tile, 0, &mut d);
+    lanes::decode8_cols(tile, LANES, &d, out);
+}
