@@ -294,9 +294,7 @@ fn a_panicking_or_failing_stage_leaves_nothing_trusted() {
         Arc::new(probe("after", &["bad"], &runs)),
     ])
     .expect("graph");
-    let err = run_graph(&store, &g, &opts(), &NullReporter)
-        .err()
-        .expect("fails");
+    let err = run_graph(&store, &g, &opts(), &NullReporter).expect_err("fails");
     let msg = err.to_string();
     assert!(msg.starts_with("stage bad (key "), "{msg}");
     assert!(

@@ -260,7 +260,17 @@ pub fn detect_tensor(
     let (kind, rb, ct) = if fitting.len() == 1 {
         fitting[0]
     } else if fitting.iter().all(|(k, ..)| k.bytes() == 5120) {
-        decide_5120(data, &fitting, &mut why, &mut flags)?
+        let chosen = decide_5120(data, &fitting, &mut why, &mut flags)?;
+        confirm_signedness(
+            container,
+            t,
+            data,
+            &fitting,
+            chosen,
+            &mut why,
+            &mut readings,
+        )?;
+        chosen
     } else if fitting.iter().all(|(k, ..)| k.bytes() == 8704) {
         decide_8704(container, t, data, &fitting, &mut why, &mut readings)?
     } else {
@@ -313,6 +323,47 @@ pub fn detect_tensor(
 }
 
 type Fit = (TileKind, u64, u64);
+
+/// For a tied head whose signedness the byte signature decided, reads it both ways and correlates
+/// each reading with the embedding: the signature must agree with the data, or the pack is refused
+/// naming both readings.
+fn confirm_signedness(
+    container: &Container,
+    t: &TensorInfo,
+    data: &[u8],
+    fitting: &[Fit],
+    chosen: Fit,
+    why: &mut Vec<String>,
+    readings: &mut Vec<Reading>,
+) -> std::result::Result<(), String> {
+    if !matches!(chosen.0, TileKind::Q41_5120 | TileKind::Q40_5120) {
+        return Ok(());
+    }
+    let pair: Vec<Fit> = fitting
+        .iter()
+        .copied()
+        .filter(|f| matches!(f.0, TileKind::Q41_5120 | TileKind::Q40_5120))
+        .collect();
+    let Some(found) = tie_readings(container, t, data, &pair)? else {
+        return Ok(());
+    };
+    *readings = found;
+    let (sorted, listing) = ranked(readings);
+    if sorted[0].corr < ACCEPT_CORR {
+        // Neither reading matches the embedding well (e.g. a broken conversion): the signature
+        // stands, and verification judges the values.
+        why.push(format!("tie test inconclusive: {listing}"));
+        Ok(())
+    } else if sorted[0].kind == chosen.0 {
+        why.push(format!("data agrees: {listing}"));
+        Ok(())
+    } else {
+        Err(format!(
+            "5120-byte tiles: the byte signature says {} but the data says {listing}",
+            chosen.0
+        ))
+    }
+}
 
 /// Q41 / Q40 / Q8H among 5,120-byte tiles: byte signatures (q4nx-format §3 step 4).
 fn decide_5120(
@@ -378,32 +429,25 @@ fn decide_5120(
     Ok(f)
 }
 
-/// Q8L / Q8C: no byte tells them apart; the tie test against the pack's own embedding decides
-/// for a tied head, otherwise the pack is refused with both readings.
-fn decide_8704(
+/// The tie test (q4nx-format §3 step 6): for a tied `lm_head`, each candidate reading of its first
+/// row blocks correlated with the pack's own plain embedding. `None` when the tensor is not a head
+/// or the pack has no plain embedding. Correlation is scale-free, so a pre-scaled embedding (Gemma's
+/// √H) needs no correction here.
+fn tie_readings(
     container: &Container,
     t: &TensorInfo,
     data: &[u8],
     fitting: &[Fit],
-    why: &mut Vec<String>,
-    readings: &mut Vec<Reading>,
-) -> std::result::Result<Fit, String> {
+) -> std::result::Result<Option<Vec<Reading>>, String> {
     let (role, _) = role_of(&t.name);
     let embedding = container.tensors().iter().find(|e| {
         role_of(&e.name).0 == Role::Embedding
             && matches!(e.dtype, Dtype::BF16 | Dtype::F32 | Dtype::F16)
     });
     let (Role::LmHead, Some(emb)) = (role, embedding) else {
-        return Err(format!(
-            "8704-byte tiles admit {} and no in-pack reference decides between them; supply a GGUF of this model",
-            fitting
-                .iter()
-                .map(|f| f.0.name())
-                .collect::<Vec<_>>()
-                .join(" and ")
-        ));
+        return Ok(None);
     };
-    let (_, k) = plain_dims(&emb.shape);
+    let (emb_rows, k) = plain_dims(&emb.shape);
     let emb_bytes = container.data(emb);
     let to_f32 = |i: usize| -> f32 {
         match emb.dtype {
@@ -419,6 +463,7 @@ fn decide_8704(
             _ => half::bf16::from_le_bytes([emb_bytes[2 * i], emb_bytes[2 * i + 1]]).to_f32(),
         }
     };
+    let mut readings = Vec::new();
     for &(kind, rb, ct) in fitting {
         let reader =
             TiledReader::new(data, kind, rb as usize, ct as usize).map_err(|e| e.to_string())?;
@@ -430,6 +475,9 @@ fn decide_8704(
             reader.decode_row_block(b, &mut out, &mut scratch);
             for r in 0..kind.rows() {
                 let row = b * kind.rows() + r;
+                if row as u64 >= emb_rows {
+                    break;
+                }
                 for c in 0..(k as usize).min(kp) {
                     ours.push(out[r * kp + c]);
                     theirs.push(to_f32(row * k as usize + c));
@@ -442,13 +490,43 @@ fn decide_8704(
             corr: pearson(&ours, &theirs),
         });
     }
-    let mut sorted = readings.clone();
+    Ok(Some(readings))
+}
+
+/// Orders readings best first and lists them for messages.
+fn ranked(readings: &[Reading]) -> (Vec<Reading>, String) {
+    let mut sorted = readings.to_vec();
     sorted.sort_by(|a, b| b.corr.total_cmp(&a.corr));
     let listing = sorted
         .iter()
         .map(|r| format!("{} (corr {:.4} vs embedding)", r.kind, r.corr))
         .collect::<Vec<_>>()
         .join(" and ");
+    (sorted, listing)
+}
+
+/// Q8L / Q8C: no byte tells them apart; the tie test against the pack's own embedding decides
+/// for a tied head, otherwise the pack is refused with both readings.
+fn decide_8704(
+    container: &Container,
+    t: &TensorInfo,
+    data: &[u8],
+    fitting: &[Fit],
+    why: &mut Vec<String>,
+    readings: &mut Vec<Reading>,
+) -> std::result::Result<Fit, String> {
+    let Some(found) = tie_readings(container, t, data, fitting)? else {
+        return Err(format!(
+            "8704-byte tiles admit {} and no in-pack reference decides between them; supply a GGUF of this model",
+            fitting
+                .iter()
+                .map(|f| f.0.name())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+    };
+    *readings = found;
+    let (sorted, listing) = ranked(readings);
     if sorted[0].corr >= ACCEPT_CORR && sorted.get(1).is_none_or(|r| r.corr <= RUNNER_UP_MAX) {
         why.push(format!("decided by data: {listing}"));
         let kind = sorted[0].kind;

@@ -395,3 +395,42 @@ fn the_unordered_fast_path_yields_the_same_values_as_the_row_major_reader() {
         }
     }
 }
+
+#[test]
+fn signedness_is_confirmed_by_the_tie_test_with_both_correlations_recorded() {
+    let (_, l40) = open_case("llama-q40");
+    let head = l40
+        .iter()
+        .find(|l| l.name == "lm_head.weight")
+        .expect("head");
+    assert_eq!(head.kind(), Some(TileKind::Q40_5120));
+    let get = |ls: &[onebit_stages::detect::Reading], k| {
+        ls.iter()
+            .find(|r| r.kind == k)
+            .map(|r| r.corr)
+            .expect("reading")
+    };
+    assert!(get(&head.readings, TileKind::Q40_5120) > 0.9999);
+    // The wrong (unsigned) reading: about −0.41, as q4nx-format §3 measured.
+    let wrong = get(&head.readings, TileKind::Q41_5120);
+    assert!((-0.45..-0.37).contains(&wrong), "{wrong}");
+    assert!(
+        head.decision
+            .contains("data agrees: Q40_5120 (corr 1.0000 vs embedding) and Q41_5120 (corr -0.41"),
+        "{}",
+        head.decision
+    );
+
+    let (_, l80) = open_case("llama-q80");
+    let head = l80
+        .iter()
+        .find(|l| l.name == "lm_head.weight")
+        .expect("head");
+    let best = get(&head.readings, TileKind::Q41_5120);
+    assert!((0.08..0.14).contains(&best), "broken head tie corr {best}");
+    assert!(
+        head.decision.contains("tie test inconclusive"),
+        "{}",
+        head.decision
+    );
+}

@@ -157,7 +157,9 @@ pub fn decode4_cols(
 ) {
     let (rows, cols, p) = (l.rows, l.cols, l.lane);
     let half = p / 2;
-    assert!(out.len() >= rows * cols && tile.len() >= l.base + rows * cols / 2 && p % 16 == 0);
+    assert!(
+        out.len() >= rows * cols && tile.len() >= l.base + rows * cols / 2 && p.is_multiple_of(16)
+    );
     for band in 0..rows / p {
         let band_base = l.base + band * cols * half;
         let r0 = band * p;
@@ -237,7 +239,8 @@ pub fn decode4_cols_fast(
     out: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if nibbles != Nibbles::Fp4 && l.lane % 16 == 0 && std::is_x86_feature_detected!("avx2") {
+    if nibbles != Nibbles::Fp4 && l.lane.is_multiple_of(16) && std::is_x86_feature_detected!("avx2")
+    {
         // SAFETY: AVX2 is present (checked); sizes are checked inside.
         unsafe { super::avx2::decode4_cols(tile, l, nibbles == Nibbles::Signed, d, m, out) };
         return;
