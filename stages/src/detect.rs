@@ -195,6 +195,13 @@ pub fn detect_tensor(
             t.shape
         ));
     }
+    if t.shape.len() > 3 {
+        return Err(format!(
+            "rank-{} tile shape {:?} is a gpt-oss regrouping (q4nx-format §4), which has no reader until a real pack settles its padding (§10 open 9)",
+            t.shape.len(),
+            t.shape
+        ));
+    }
     let lead = &t.shape[..t.shape.len() - 1];
     let n_tiles: u64 = lead.iter().product();
 
@@ -234,15 +241,17 @@ pub fn detect_tensor(
     for &kind in &candidates {
         let rb = rows.div_ceil(kind.rows() as u64);
         let ct = k.div_ceil(kind.cols() as u64);
+        let tiles = rb.checked_mul(ct);
         let shape_ok = match lead {
-            [n] => *n == rb * ct,
+            [n] => Some(*n) == tiles,
             [a, b] => *a == rb && *b == ct,
             _ => false,
         };
-        if shape_ok && rb * ct * kind.bytes() as u64 == t.nbytes() {
+        let bytes = tiles.and_then(|n| n.checked_mul(kind.bytes() as u64));
+        if shape_ok && bytes == Some(t.nbytes()) {
             fitting.push((kind, rb, ct));
         } else {
-            misfits.push(format!("{rb}x{ct} = {} {kind} tiles", rb * ct));
+            misfits.push(format!("{rb}x{ct} = {} {kind} tiles", rb.saturating_mul(ct)));
         }
     }
     if fitting.is_empty() {

@@ -236,13 +236,16 @@ impl Geometry {
 
     /// The logical (rows, K) of a weight by role, and the padded FFN width where it applies.
     pub fn shape_of(&self, role: Role) -> Option<(u64, u64)> {
-        let ffn = self.intermediate.div_ceil(self.ffn_pad) * self.ffn_pad;
-        let q_rows = self.heads * self.head_dim * if self.q_gate { 2 } else { 1 };
+        // Absurd configs overflow to None rather than wrapping: the caller refuses the tensor.
+        let ffn = self.intermediate.div_ceil(self.ffn_pad).checked_mul(self.ffn_pad)?;
+        let attn = self.heads.checked_mul(self.head_dim)?;
+        let q_rows = attn.checked_mul(if self.q_gate { 2 } else { 1 })?;
+        let kv = self.kv_heads.checked_mul(self.head_dim)?;
         Some(match role {
             Role::Embedding | Role::LmHead => (self.vocab, self.hidden),
             Role::Q => (q_rows, self.hidden),
-            Role::K | Role::V => (self.kv_heads * self.head_dim, self.hidden),
-            Role::O => (self.hidden, self.heads * self.head_dim),
+            Role::K | Role::V => (kv, self.hidden),
+            Role::O => (self.hidden, attn),
             Role::Gate | Role::Up => (ffn, self.hidden),
             Role::Down => (self.hidden, ffn),
             Role::Norm | Role::Other => return None,
