@@ -251,7 +251,10 @@ pub fn detect_tensor(
         if shape_ok && bytes == Some(t.nbytes()) {
             fitting.push((kind, rb, ct));
         } else {
-            misfits.push(format!("{rb}x{ct} = {} {kind} tiles", rb.saturating_mul(ct)));
+            misfits.push(format!(
+                "{rb}x{ct} = {} {kind} tiles",
+                rb.saturating_mul(ct)
+            ));
         }
     }
     if fitting.is_empty() {

@@ -237,7 +237,10 @@ impl Geometry {
     /// The logical (rows, K) of a weight by role, and the padded FFN width where it applies.
     pub fn shape_of(&self, role: Role) -> Option<(u64, u64)> {
         // Absurd configs overflow to None rather than wrapping: the caller refuses the tensor.
-        let ffn = self.intermediate.div_ceil(self.ffn_pad).checked_mul(self.ffn_pad)?;
+        let ffn = self
+            .intermediate
+            .div_ceil(self.ffn_pad)
+            .checked_mul(self.ffn_pad)?;
         let attn = self.heads.checked_mul(self.head_dim)?;
         let q_rows = attn.checked_mul(if self.q_gate { 2 } else { 1 })?;
         let kv = self.kv_heads.checked_mul(self.head_dim)?;

@@ -15,11 +15,13 @@ pub mod dequant;
 pub mod detect;
 pub mod error;
 pub mod geometry;
+pub mod gguf;
 pub mod import;
 pub mod q4nx;
 pub mod reader;
 pub mod stats;
 pub mod tiles;
+pub mod verify;
 
 pub use error::{Error, Result};
 pub use import::stage_versions;

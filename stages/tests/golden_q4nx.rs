@@ -295,7 +295,11 @@ fn every_sample_decodes_bit_exactly_and_correlates_with_the_gguf() {
                     assert_eq!(*a, half::bf16::from_f32(*b).to_f32(), "{case} {name}");
                 }
             } else if broken {
-                assert!(r < 0.5, "{case} {name}: broken tensor correlates {r}");
+                // About 0.1 over the whole tensor (q4nx-format §9); 0.00–0.17 over the samples.
+                assert!(
+                    (-0.2..0.3).contains(&r),
+                    "{case} {name}: broken tensor correlates {r}"
+                );
             } else {
                 assert!(r >= 0.9999, "{case} {name}: corr {r} with the GGUF truth");
             }

@@ -27,44 +27,55 @@ pub unsafe fn decode4_cols(
     let eight = _mm_set1_epi8(8);
     assert!(out.len() >= rows * cols && tile.len() >= l.base + rows * cols / 2);
     assert!(d.len() >= rows * l.groups() && m.is_none_or(|m| m.len() >= rows * l.groups()));
+    // The scales of a (lane band, 32-column group) are the same for all 32 columns of the group:
+    // load them once per group, then stream the columns.
     for band in 0..rows / p {
         let band_base = l.base + band * cols * half;
         let r0 = band * p;
-        for c in 0..cols {
-            let g = c / 32;
+        for g in 0..cols / 32 {
             for k in 0..half / 8 {
                 let rr = r0 + 16 * k;
-                let at = band_base + c * half + 8 * k;
-                // SAFETY (all loads/stores below): `at + 8 ≤ tile.len()`, `g·R + rr + 16 ≤ d.len()`
-                // and `c·R + rr + 16 ≤ out.len()` by the geometry asserted above.
+                // SAFETY (all loads/stores below): `g·R + rr + 16 ≤ d.len()` (and `m`), the code
+                // byte `at + 8 ≤ tile.len()` and `c·R + rr + 16 ≤ out.len()` by the geometry
+                // asserted above.
                 unsafe {
-                    let b = _mm_loadl_epi64(tile.as_ptr().add(at) as *const __m128i);
-                    let lo = _mm_and_si128(b, mask);
-                    let hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
-                    let q = _mm_unpacklo_epi8(lo, hi);
-                    let (q0, q1) = if signed {
-                        let s = _mm_sub_epi8(_mm_xor_si128(q, eight), eight);
-                        (
-                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)),
-                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s, 8))),
-                        )
-                    } else {
-                        (
-                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)),
-                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))),
-                        )
-                    };
                     let dp = d.as_ptr().add(g * rows + rr);
-                    let mut o0 = _mm256_mul_ps(_mm256_loadu_ps(dp), q0);
-                    let mut o1 = _mm256_mul_ps(_mm256_loadu_ps(dp.add(8)), q1);
-                    if let Some(m) = m {
-                        let mp = m.as_ptr().add(g * rows + rr);
-                        o0 = _mm256_add_ps(o0, _mm256_loadu_ps(mp));
-                        o1 = _mm256_add_ps(o1, _mm256_loadu_ps(mp.add(8)));
+                    let (d0, d1) = (_mm256_loadu_ps(dp), _mm256_loadu_ps(dp.add(8)));
+                    let (m0, m1) = match m {
+                        Some(m) => {
+                            let mp = m.as_ptr().add(g * rows + rr);
+                            (_mm256_loadu_ps(mp), _mm256_loadu_ps(mp.add(8)))
+                        }
+                        None => (_mm256_setzero_ps(), _mm256_setzero_ps()),
+                    };
+                    for c in g * 32..(g + 1) * 32 {
+                        let at = band_base + c * half + 8 * k;
+                        let b = _mm_loadl_epi64(tile.as_ptr().add(at) as *const __m128i);
+                        let lo = _mm_and_si128(b, mask);
+                        let hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+                        let q = _mm_unpacklo_epi8(lo, hi);
+                        let (q0, q1) = if signed {
+                            let s = _mm_sub_epi8(_mm_xor_si128(q, eight), eight);
+                            (
+                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)),
+                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s, 8))),
+                            )
+                        } else {
+                            (
+                                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)),
+                                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))),
+                            )
+                        };
+                        let mut o0 = _mm256_mul_ps(d0, q0);
+                        let mut o1 = _mm256_mul_ps(d1, q1);
+                        if m.is_some() {
+                            o0 = _mm256_add_ps(o0, m0);
+                            o1 = _mm256_add_ps(o1, m1);
+                        }
+                        let op = out.as_mut_ptr().add(c * rows + rr);
+                        _mm256_storeu_ps(op, o0);
+                        _mm256_storeu_ps(op.add(8), o1);
                     }
-                    let op = out.as_mut_ptr().add(c * rows + rr);
-                    _mm256_storeu_ps(op, o0);
-                    _mm256_storeu_ps(op.add(8), o1);
                 }
             }
         }
