@@ -181,23 +181,24 @@ fn every_fixture_imports_and_a_second_run_is_all_hits() {
         let dir = fixture(case);
         let p = dir.to_str().expect("utf8 path");
         let first = run_in(home.path(), &["--json", "run", "--path", p]);
-        assert!(
-            first.status.success(),
+        // Without a GGUF, the tied-head fit still catches llama-q80's broken head: exit 1.
+        let want = if case == "llama-q80" { 1 } else { 0 };
+        assert_eq!(
+            first.status.code(),
+            Some(want),
             "{case}: {}",
             String::from_utf8_lossy(&first.stderr)
         );
-        assert_eq!(
-            finished(&events(&first), "miss"),
-            ["detect", "dequant"],
-            "{case}"
-        );
+        let first = events(&first);
+        let mut ran = finished(&first, "miss");
+        ran.sort();
+        assert_eq!(ran, ["dequant", "detect", "verify"], "{case}");
         let second = run_in(home.path(), &["--json", "run", "--path", p]);
-        assert!(second.status.success());
-        assert_eq!(
-            finished(&events(&second), "hit"),
-            ["detect", "dequant"],
-            "{case}"
-        );
+        assert_eq!(second.status.code(), Some(want));
+        let second = events(&second);
+        let mut hit = finished(&second, "hit");
+        hit.sort();
+        assert_eq!(hit, ["dequant", "detect", "verify"], "{case}");
     }
 }
 
@@ -236,4 +237,49 @@ fn what_is_not_built_exits_non_zero_and_says_so() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn verification_against_a_gguf_passes_good_packs_and_refuses_the_broken_one() {
+    let home = tempfile::tempdir().expect("tmp");
+    let dir = fixture("gemma3-q41-quarter/rb16");
+    let gguf = fixture("gemma3-q41-quarter/model.gguf");
+    let (d, g) = (dir.to_str().expect("utf8"), gguf.to_str().expect("utf8"));
+    let ok = run_in(home.path(), &["run", "--path", d, "--reference", g]);
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let err = String::from_utf8_lossy(&ok.stderr);
+    assert!(
+        err.contains("local/rb16: verified: 16 tensors pass, 0 flagged"),
+        "{err}"
+    );
+
+    // The same pack without the reference: verify re-runs (its input was removed), the rest hits.
+    let again = run_in(home.path(), &["--json", "run", "--path", d]);
+    let evs = events(&again);
+    assert_eq!(finished(&evs, "miss"), ["verify"]);
+    let verify = evs
+        .iter()
+        .find(|e| e["event"] == "stage_finished" && e["stage"] == "verify")
+        .expect("verify event");
+    assert_eq!(verify["reason"], "input reference (removed) changed");
+
+    let dir = fixture("llama-q80");
+    let gguf = fixture("llama-q80/model.gguf");
+    let (d, g) = (dir.to_str().expect("utf8"), gguf.to_str().expect("utf8"));
+    let bad = run_in(home.path(), &["run", "--path", d, "--reference", g]);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("local/llama-q80: refused: 8 of 21 tensors fail verification: lm_head.weight, model.layers.0.mlp.down_proj.weight"),
+        "{err}"
+    );
+    assert!(
+        err.contains("FAIL model.layers.0.self_attn.v_proj.weight (gguf:blk.0.attn_v.weight (Q8_0)): structural: broken conversion"),
+        "{err}"
+    );
 }

@@ -518,6 +518,11 @@ fn miss_reason(
             };
         }
     }
+    if let Some(name) = prev.inputs.keys().find(|k| !inputs.contains_key(*k)) {
+        return Reason::InputChanged {
+            input: format!("{name} (removed)"),
+        };
+    }
     Reason::FirstRun
 }
 

@@ -21,6 +21,9 @@ pub struct RunArgs {
     /// A local repository folder (config.json, model.q4nx, tokenizer files).
     #[arg(long, value_name = "DIR", conflicts_with = "demo")]
     pub path: Option<PathBuf>,
+    /// A GGUF of the same model (any quantization): the independent reference for verification.
+    #[arg(long, value_name = "GGUF", conflicts_with = "demo")]
+    pub reference: Option<PathBuf>,
     /// Run the engine's ten-stage demo graph instead of an import.
     #[arg(long)]
     pub demo: bool,
@@ -81,14 +84,24 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
         let dir = path
             .canonicalize()
             .with_context(|| format!("repository folder {}", path.display()))?;
-        let import = onebit_stages::import::ImportSource::LocalDir(dir.clone());
+        let reference = match &a.reference {
+            Some(r) => Some(
+                r.canonicalize()
+                    .with_context(|| format!("GGUF reference {}", r.display()))?,
+            ),
+            None => None,
+        };
+        let import = onebit_stages::import::ImportSource {
+            dir: dir.clone(),
+            reference: reference.clone(),
+        };
         let graph = onebit_stages::import::import_graph(&import)
             .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
-        (
-            graph,
-            import.ref_name(),
-            format!("--path {}", dir.display()),
-        )
+        let mut args = format!("--path {}", dir.display());
+        if let Some(r) = &reference {
+            args.push_str(&format!(" --reference {}", r.display()));
+        }
+        (graph, import.ref_name(), args)
     } else if let Some(repo) = &a.repo {
         anyhow::bail!(
             "cannot import {repo}: the fetch stage (Hugging Face hub download) is not built yet; \
@@ -103,13 +116,49 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
         source: json!({ "args": args }),
         deep_check: a.deep,
     };
-    let report = run_graph(&store, &graph, &opts, reporter.as_ref())?;
-    if !g.json && !g.quiet {
-        for (stage, outs) in &report.artifacts {
-            for (name, path) in outs {
-                tracing::info!(stage, output = name, path = %path.display(), "artifact");
-            }
+    let report = run_graph(&store, &graph, &opts, reporter.as_ref()).map_err(|e| match e {
+        // A stage that refused its input is the input's fault: exit code 1.
+        onebit_pipeline::Error::StageFailed { ref source, .. }
+            if source
+                .downcast_ref::<onebit_stages::Error>()
+                .is_some_and(|s| {
+                    matches!(
+                        s,
+                        onebit_stages::Error::Refused { .. } | onebit_stages::Error::Corrupt { .. }
+                    )
+                }) =>
+        {
+            anyhow::Error::new(super::Refused(e.to_string()))
         }
+        other => anyhow::Error::new(other),
+    })?;
+    for (stage, outs) in &report.artifacts {
+        for (name, path) in outs {
+            tracing::info!(stage, output = name, path = %path.display(), "artifact");
+        }
+    }
+    let Some(dir) = report.artifact("verify", "verification") else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let verdict: onebit_stages::verify::PackVerdict =
+        serde_json::from_slice(&std::fs::read(dir.join("verdict.json"))?)?;
+    if !g.json {
+        eprintln!(
+            "{}: {}",
+            opts.ref_name.as_deref().unwrap_or("pack"),
+            verdict.summary
+        );
+        for f in &verdict.failing {
+            eprintln!("  FAIL {f}");
+        }
+    } else {
+        println!(
+            "{}",
+            serde_json::json!({"event": "verdict", "verdict": verdict})
+        );
+    }
+    if !verdict.failing.is_empty() {
+        return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! model.q4nx + config.json ─▶ detect ─▶ layouts.json ─▶ dequant ─▶ tables/{tensors,tensor_stats,block_stats}.parquet
+//!                                              └──(+ GGUF reference)──▶ verify ─▶ verification/{verification.parquet,verdict.json}
 //! ```
 
 use std::collections::BTreeMap;
@@ -16,26 +17,30 @@ use crate::dequant::{
 use crate::detect::{TensorLayout, detect_pack};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
+use crate::gguf::GgufFile;
+use crate::gguf::names::MapDims;
 use crate::q4nx::Container;
+use crate::verify::{PackVerdict, VerifyDims, VerifyRow, verify_pack};
 
-/// Where a repository comes from.
+/// Where a repository comes from, and what to verify it against.
 #[derive(Clone, Debug)]
-pub enum ImportSource {
+pub struct ImportSource {
     /// A local folder holding the repository's files.
-    LocalDir(PathBuf),
+    pub dir: PathBuf,
+    /// A GGUF of the same model, the independent reference of the verify stage.
+    pub reference: Option<PathBuf>,
 }
 
 impl ImportSource {
     /// The ref name of the pack: `local/<folder name>` for a folder.
     pub fn ref_name(&self) -> String {
-        match self {
-            ImportSource::LocalDir(d) => format!(
-                "local/{}",
-                d.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            ),
-        }
+        format!(
+            "local/{}",
+            self.dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        )
     }
 }
 
@@ -142,17 +147,221 @@ impl Stage for DequantStage {
     }
 }
 
+/// The verify stage: every tensor against the GGUF reference and the tied head against the
+/// embedding (see [`crate::verify`]).
+pub struct VerifyStage {
+    model: PathBuf,
+    config: Option<PathBuf>,
+    reference: Option<PathBuf>,
+    tie_rows: u64,
+}
+
+impl VerifyStage {
+    /// Bumped whenever the table or verdict written for the same input can change.
+    pub const VERSION: u32 = 1;
+}
+
+/// The GGUF architecture name of a config `model_type`, for the name map without a GGUF.
+pub fn arch_of_model_type(model_type: &str) -> &str {
+    match model_type {
+        "gemma3" | "gemma3_text" => "gemma3",
+        "gemma2" => "gemma2",
+        "gemma4" | "gemma4_text" => "gemma4",
+        "qwen3_5" | "qwen3_5_text" | "qwen3_5_moe" => "qwen35",
+        "hunyuan_v1_dense" => "hunyuan-dense",
+        other => other,
+    }
+}
+
+impl Stage for VerifyStage {
+    fn name(&self) -> &str {
+        "verify"
+    }
+    fn version(&self) -> u32 {
+        Self::VERSION
+    }
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({ "tie_rows": self.tie_rows })
+    }
+    fn inputs(&self) -> Vec<Input> {
+        let mut v = vec![
+            Input::external("model", &self.model),
+            Input::artifact("layouts", "detect", "layouts.json"),
+        ];
+        if let Some(c) = &self.config {
+            v.push(Input::external("config", c));
+        }
+        if let Some(r) = &self.reference {
+            v.push(Input::external("reference", r));
+        }
+        v
+    }
+    fn outputs(&self) -> Vec<String> {
+        vec!["verification".into()]
+    }
+    fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
+        let container = Container::open(ctx.input("model")?)?;
+        let layouts: Vec<TensorLayout> =
+            serde_json::from_slice(&std::fs::read(ctx.input("layouts")?)?)?;
+        let geometry = match &self.config {
+            Some(_) => Some(Geometry::from_file(ctx.input("config")?)?),
+            None => None,
+        };
+        let gguf = match &self.reference {
+            Some(_) => Some(GgufFile::open(ctx.input("reference")?)?),
+            None => None,
+        };
+        let (rows, verdict) = run_verify(
+            &container,
+            &layouts,
+            geometry.as_ref(),
+            gguf.as_ref(),
+            self.tie_rows,
+        )?;
+        let dir = ctx.output("verification");
+        std::fs::create_dir_all(&dir)?;
+        write_parquet(
+            &dir.join("verification.parquet"),
+            "verification",
+            &verification_table(&rows)?,
+        )?;
+        std::fs::write(
+            dir.join("verdict.json"),
+            serde_json::to_vec_pretty(&verdict)?,
+        )?;
+        tracing::info!(verdict = %verdict.summary);
+        Ok(())
+    }
+}
+
+/// Runs verification with dimensions from the config (and the GGUF's RoPE dimension when stated).
+pub fn run_verify(
+    container: &Container,
+    layouts: &[TensorLayout],
+    geometry: Option<&Geometry>,
+    gguf: Option<&GgufFile>,
+    tie_rows: u64,
+) -> Result<(Vec<VerifyRow>, PackVerdict)> {
+    let arch = gguf
+        .and_then(|g| g.architecture().map(str::to_string))
+        .or_else(|| geometry.map(|g| arch_of_model_type(&g.model_type).to_string()))
+        .unwrap_or_default();
+    let meta = |key: &str| {
+        gguf.and_then(|g| g.meta(&format!("{arch}.{key}")))
+            .and_then(|v| v.as_u64())
+    };
+    let hidden = geometry
+        .map(|g| g.hidden)
+        .or_else(|| meta("embedding_length"))
+        .unwrap_or(0);
+    let heads = geometry
+        .map(|g| g.heads)
+        .or_else(|| meta("attention.head_count"))
+        .unwrap_or(1);
+    let head_dim = geometry
+        .map(|g| g.head_dim)
+        .or_else(|| meta("attention.key_length"))
+        .unwrap_or(hidden / heads.max(1));
+    let rope_dim = meta("rope.dimension_count").unwrap_or(head_dim);
+    let dims = VerifyDims {
+        map: MapDims {
+            hidden,
+            heads,
+            rope_dim,
+            head_dim,
+        },
+    };
+    verify_pack(container, layouts, gguf, &arch, dims, tie_rows)
+}
+
+/// The `verification` table.
+pub fn verification_table(rows: &[VerifyRow]) -> Result<arrow_array::RecordBatch> {
+    use arrow_array::builder::{Float64Builder, StringBuilder, UInt64Builder};
+    use arrow_schema::{DataType, Field, Schema};
+    let mut tensor = StringBuilder::new();
+    let mut reference = StringBuilder::new();
+    let mut reading = StringBuilder::new();
+    let mut compared = UInt64Builder::new();
+    let mut f: Vec<Float64Builder> = (0..9).map(|_| Float64Builder::new()).collect();
+    let mut verdict = StringBuilder::new();
+    let mut reason = StringBuilder::new();
+    for r in rows {
+        tensor.append_value(&r.tensor);
+        reference.append_value(&r.reference);
+        reading.append_value(&r.reading);
+        compared.append_value(r.compared);
+        for (b, v) in f.iter_mut().zip([
+            r.corr,
+            r.rel_l1,
+            r.rel_l2,
+            r.max_err,
+            r.exact_fraction,
+            r.scale,
+            r.rms_ratio,
+            r.floor,
+            r.expected,
+        ]) {
+            b.append_option(v);
+        }
+        verdict.append_value(r.verdict.as_str());
+        reason.append_value(&r.reason);
+    }
+    let names = [
+        "corr",
+        "rel_l1",
+        "rel_l2",
+        "max_err",
+        "exact_fraction",
+        "scale",
+        "rms_ratio",
+        "floor",
+        "expected",
+    ];
+    let mut fields = vec![
+        Field::new("tensor", DataType::Utf8, false),
+        Field::new("reference", DataType::Utf8, false),
+        Field::new("reading", DataType::Utf8, false),
+        Field::new("compared", DataType::UInt64, false),
+    ];
+    fields.extend(
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Float64, true)),
+    );
+    fields.push(Field::new("verdict", DataType::Utf8, false));
+    fields.push(Field::new("reason", DataType::Utf8, false));
+    let mut cols: Vec<arrow_array::ArrayRef> = vec![
+        std::sync::Arc::new(tensor.finish()),
+        std::sync::Arc::new(reference.finish()),
+        std::sync::Arc::new(reading.finish()),
+        std::sync::Arc::new(compared.finish()),
+    ];
+    cols.extend(
+        f.iter_mut()
+            .map(|b| std::sync::Arc::new(b.finish()) as arrow_array::ArrayRef),
+    );
+    cols.push(std::sync::Arc::new(verdict.finish()));
+    cols.push(std::sync::Arc::new(reason.finish()));
+    arrow_array::RecordBatch::try_new(std::sync::Arc::new(Schema::new(fields)), cols).map_err(|e| {
+        Error::Table {
+            table: "verification",
+            reason: e.to_string(),
+        }
+    })
+}
+
 /// The current version of every import stage, for `status`.
 pub fn stage_versions() -> BTreeMap<String, u32> {
     BTreeMap::from([
         ("detect".to_string(), DetectStage::VERSION),
         ("dequant".to_string(), DequantStage::VERSION),
+        ("verify".to_string(), VerifyStage::VERSION),
     ])
 }
 
 /// Builds the import graph for `source`, refusing a folder without `model.q4nx`.
 pub fn import_graph(source: &ImportSource) -> Result<Graph> {
-    let ImportSource::LocalDir(dir) = source;
+    let dir = &source.dir;
     let model = dir.join("model.q4nx");
     if !model.is_file() {
         return Err(Error::Refused {
@@ -162,12 +371,30 @@ pub fn import_graph(source: &ImportSource) -> Result<Graph> {
         });
     }
     let config = Some(dir.join("config.json")).filter(|c| c.is_file());
+    let config_for_verify = config.clone();
+    if let Some(r) = &source.reference
+        && !r.is_file()
+    {
+        return Err(Error::Refused {
+            file: r.clone(),
+            tensor: "reference".into(),
+            reason: "the GGUF reference does not exist".into(),
+        });
+    }
     let stages: Vec<Arc<dyn Stage>> = vec![
         Arc::new(DetectStage {
             model: model.clone(),
             config,
         }),
-        Arc::new(DequantStage { model }),
+        Arc::new(DequantStage {
+            model: model.clone(),
+        }),
+        Arc::new(VerifyStage {
+            model,
+            config: config_for_verify,
+            reference: source.reference.clone(),
+            tie_rows: 4096,
+        }),
     ];
     Graph::new(stages).map_err(|e| Error::Internal(e.to_string()))
 }
