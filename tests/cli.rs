@@ -192,13 +192,13 @@ fn every_fixture_imports_and_a_second_run_is_all_hits() {
         let first = events(&first);
         let mut ran = finished(&first, "miss");
         ran.sort();
-        assert_eq!(ran, ["dequant", "detect", "verify"], "{case}");
+        assert_eq!(ran, ["dequant", "detect", "semantics", "verify"], "{case}");
         let second = run_in(home.path(), &["--json", "run", "--path", p]);
         assert_eq!(second.status.code(), Some(want));
         let second = events(&second);
         let mut hit = finished(&second, "hit");
         hit.sort();
-        assert_eq!(hit, ["dequant", "detect", "verify"], "{case}");
+        assert_eq!(hit, ["dequant", "detect", "semantics", "verify"], "{case}");
     }
 }
 
@@ -282,4 +282,33 @@ fn verification_against_a_gguf_passes_good_packs_and_refuses_the_broken_one() {
         err.contains("FAIL model.layers.0.self_attn.v_proj.weight (gguf:blk.0.attn_v.weight (Q8_0)): structural: broken conversion"),
         "{err}"
     );
+}
+
+#[test]
+fn semantics_prints_decisions_and_refuses_by_name() {
+    let home = tempfile::tempdir().expect("tmp");
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/configs");
+    let ok = run_in(
+        home.path(),
+        &[
+            "semantics",
+            cfg.join("gemma3/gemma-3-270m-it").to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(ok.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&ok.stdout);
+    assert!(text.contains("rope_base[sliding]=10000 <- config:rope_local_base_freq; sliding layers are never scaled"), "{text}");
+    assert!(text.contains("norm_form=stored_1+w (apply as stored) <- family:gemma3 (the pack stores 1+w) [seed #2248]"), "{text}");
+    let bad = run_in(
+        home.path(),
+        &[
+            "semantics",
+            cfg.join("qwen/Qwen3-Next-80B-A3B-Instruct")
+                .to_str()
+                .expect("utf8"),
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("model_type \"qwen3_next\" (Qwen3NextForCausalLM) has no semantics table; it is not treated as qwen3_5"), "{err}");
 }

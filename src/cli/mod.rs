@@ -3,6 +3,7 @@
 pub mod gc;
 pub mod progress;
 pub mod run;
+pub mod semantics;
 pub mod status;
 pub mod unbuilt;
 
@@ -81,6 +82,8 @@ impl Global {
 pub enum Command {
     /// Import a repository into a pack: run every stage, reusing the cache.
     Run(run::RunArgs),
+    /// Print what a repository's config.json means, with the source of every decision.
+    Semantics(semantics::SemanticsArgs),
     /// Show each pack's stages: fresh, stale after an upgrade, missing or damaged.
     Status(status::StatusArgs),
     /// Remove store entries that no pack references; report bytes freed.
@@ -95,6 +98,7 @@ pub enum Command {
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(a) => run::exec(&cli.global, a),
+        Command::Semantics(a) => semantics::exec(&cli.global, a),
         Command::Status(a) => status::exec(&cli.global, a),
         Command::Gc(a) => gc::exec(&cli.global, a),
         Command::Sql(a) => unbuilt::sql(&cli.global, a),

@@ -356,6 +356,10 @@ pub fn stage_versions() -> BTreeMap<String, u32> {
         ("detect".to_string(), DetectStage::VERSION),
         ("dequant".to_string(), DequantStage::VERSION),
         ("verify".to_string(), VerifyStage::VERSION),
+        (
+            "semantics".to_string(),
+            crate::semantics_stage::SemanticsStage::VERSION,
+        ),
     ])
 }
 
@@ -381,7 +385,13 @@ pub fn import_graph(source: &ImportSource) -> Result<Graph> {
             reason: "the GGUF reference does not exist".into(),
         });
     }
-    let stages: Vec<Arc<dyn Stage>> = vec![
+    let mut stages: Vec<Arc<dyn Stage>> = Vec::new();
+    if config.is_some() {
+        stages.push(Arc::new(crate::semantics_stage::SemanticsStage {
+            dir: dir.clone(),
+        }));
+    }
+    stages.extend::<Vec<Arc<dyn Stage>>>(vec![
         Arc::new(DetectStage {
             model: model.clone(),
             config,
@@ -395,6 +405,6 @@ pub fn import_graph(source: &ImportSource) -> Result<Graph> {
             reference: source.reference.clone(),
             tie_rows: 4096,
         }),
-    ];
+    ]);
     Graph::new(stages).map_err(|e| Error::Internal(e.to_string()))
 }

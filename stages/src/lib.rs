@@ -19,6 +19,8 @@ pub mod gguf;
 pub mod import;
 pub mod q4nx;
 pub mod reader;
+pub mod semantics;
+pub mod semantics_stage;
 pub mod stats;
 pub mod tiles;
 pub mod verify;
