@@ -312,3 +312,55 @@ fn semantics_prints_decisions_and_refuses_by_name() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("model_type \"qwen3_next\" (Qwen3NextForCausalLM) has no semantics table; it is not treated as qwen3_5"), "{err}");
 }
+
+#[test]
+fn a_reference_can_name_a_file_in_the_local_hugging_face_cache() {
+    let home = tempfile::tempdir().expect("tmp");
+    let hf = tempfile::tempdir().expect("tmp");
+    let snap = hf
+        .path()
+        .join("hub/models--google--gemma-3-tiny/snapshots/0123abcd");
+    std::fs::create_dir_all(&snap).expect("mkdir");
+    std::fs::create_dir_all(hf.path().join("hub/models--google--gemma-3-tiny/refs"))
+        .expect("mkdir");
+    std::fs::write(
+        hf.path().join("hub/models--google--gemma-3-tiny/refs/main"),
+        "0123abcd",
+    )
+    .expect("ref");
+    std::fs::copy(
+        fixture("gemma3-q41-quarter/model.gguf"),
+        snap.join("tiny.gguf"),
+    )
+    .expect("copy");
+    let dir = fixture("gemma3-q41-quarter/rb16");
+    let run = |reference: &str| {
+        bin()
+            .env("ONEBIT_HOME", home.path())
+            .env("HF_HOME", hf.path())
+            .env_remove("HF_HUB_CACHE")
+            .args([
+                "run",
+                "--path",
+                dir.to_str().expect("utf8"),
+                "--reference",
+                reference,
+            ])
+            .output()
+            .expect("spawn")
+    };
+    let ok = run("google/gemma-3-tiny:tiny.gguf");
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stderr).contains("local/rb16: verified: 16 tensors pass"));
+    let missing = run("google/gemma-3-tiny:other.gguf");
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains("other.gguf at revision main is not in the local Hugging Face cache")
+    );
+}

@@ -21,8 +21,9 @@ pub struct RunArgs {
     /// A local repository folder (config.json, model.q4nx, tokenizer files).
     #[arg(long, value_name = "DIR", conflicts_with = "demo")]
     pub path: Option<PathBuf>,
-    /// A GGUF of the same model (any quantization): the independent reference for verification.
-    #[arg(long, value_name = "GGUF", conflicts_with = "demo")]
+    /// A GGUF of the same model (any quantization), the independent reference for verification: a
+    /// path, or ORG/NAME[@REV]:FILE from the local Hugging Face cache.
+    #[arg(long, value_name = "GGUF|ORG/NAME:FILE", conflicts_with = "demo")]
     pub reference: Option<PathBuf>,
     /// Run the engine's ten-stage demo graph instead of an import.
     #[arg(long)]
@@ -42,6 +43,36 @@ pub struct RunArgs {
     /// Re-hash every cached file instead of comparing sizes and mtimes.
     #[arg(long)]
     pub deep: bool,
+}
+
+/// A `--reference`: a local GGUF path, or `ORG/NAME[@REV]:FILE` resolved in the local Hugging Face
+/// cache (downloading it is the fetch stage's job, not built yet).
+fn resolve_reference(r: &std::path::Path) -> anyhow::Result<PathBuf> {
+    if r.exists() {
+        return r
+            .canonicalize()
+            .with_context(|| format!("GGUF reference {}", r.display()));
+    }
+    let text = r.to_string_lossy();
+    let Some(rf) = onebit_stages::hub::hf_cache::RepoFile::parse(&text) else {
+        anyhow::bail!(
+            "GGUF reference {text}: no such file, and not of the form ORG/NAME[@REV]:FILE"
+        );
+    };
+    let cache = onebit_stages::hub::hf_cache::hub_cache_dir();
+    match rf.in_cache(&cache) {
+        Some(p) => Ok(p),
+        None => anyhow::bail!(
+            "GGUF reference {text}: {} at revision {} is not in the local Hugging Face cache ({}); \
+             downloading it needs the fetch stage, which is not built yet: fetch it with huggingface_hub \
+             (e.g. `hf download {} {}`) or pass a local path",
+            rf.file,
+            rf.revision,
+            cache.display(),
+            rf.repo,
+            rf.file
+        ),
+    }
 }
 
 /// The versions of every stage this build knows, for `status`.
@@ -85,10 +116,7 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
             .canonicalize()
             .with_context(|| format!("repository folder {}", path.display()))?;
         let reference = match &a.reference {
-            Some(r) => Some(
-                r.canonicalize()
-                    .with_context(|| format!("GGUF reference {}", r.display()))?,
-            ),
+            Some(r) => Some(resolve_reference(r)?),
             None => None,
         };
         let import = onebit_stages::import::ImportSource {

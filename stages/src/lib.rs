@@ -16,6 +16,7 @@ pub mod detect;
 pub mod error;
 pub mod geometry;
 pub mod gguf;
+pub mod hub;
 pub mod import;
 pub mod q4nx;
 pub mod reader;
