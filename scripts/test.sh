@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what the cross-checks against independent implementations need
 # (gguf-py from PyPI, the real Gemma 3 270M GGUF into the user cache), then runs every test,
-# including the ones marked #[ignore] for needing them.
+# including the ones marked #[ignore] for needing them, and ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --disable-pip-version-check numpy "gguf==0.19.0" >&2
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF
-cargo test --workspace -- --include-ignored
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# --lib --bins --tests: unit and integration tests (the crates carry no doctests).
+cargo test --workspace --lib --bins --tests -- --include-ignored 2>&1 | tee "$log"
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "summary: %d passed, %d failed\n", p, f }' "$log"
