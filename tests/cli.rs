@@ -227,10 +227,6 @@ fn what_is_not_built_exits_non_zero_and_says_so() {
             "the DataFusion catalog is not built yet",
         ),
         (vec!["serve"], "the HTTP server are not built yet"),
-        (
-            vec!["run", "--repo", "FastFlowLM/Gemma3-270M-NPU2"],
-            "the fetch stage (Hugging Face hub download) is not built yet",
-        ),
     ] {
         let out = run_in(home.path(), &args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -357,10 +353,24 @@ fn a_reference_can_name_a_file_in_the_local_hugging_face_cache() {
         String::from_utf8_lossy(&ok.stderr)
     );
     assert!(String::from_utf8_lossy(&ok.stderr).contains("local/rb16: verified: 16 tensors pass"));
-    let missing = run("google/gemma-3-tiny:other.gguf");
-    assert_eq!(missing.status.code(), Some(2));
+    // Offline, a file the cache lacks is refused by name (online it would be fetched).
+    let missing = bin()
+        .env("ONEBIT_HOME", home.path())
+        .env("HF_HOME", hf.path())
+        .env("HF_HUB_OFFLINE", "1")
+        .args([
+            "run",
+            "--path",
+            dir.to_str().expect("utf8"),
+            "--reference",
+            "google/gemma-3-tiny:other.gguf",
+        ])
+        .output()
+        .expect("spawn");
+    assert_eq!(missing.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&missing.stderr);
     assert!(
-        String::from_utf8_lossy(&missing.stderr)
-            .contains("other.gguf at revision main is not in the local Hugging Face cache")
+        err.contains("google/gemma-3-tiny at revision main has no file other.gguf"),
+        "{err}"
     );
 }

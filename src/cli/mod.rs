@@ -1,5 +1,6 @@
 //! Command-line definitions and dispatch. Each subcommand lives in its own module.
 
+pub mod fetch;
 pub mod gc;
 pub mod progress;
 pub mod run;

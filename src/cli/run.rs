@@ -18,6 +18,16 @@ pub struct RunArgs {
     /// A Hugging Face repository, e.g. FastFlowLM/Gemma3-270M-NPU2.
     #[arg(long, value_name = "ORG/NAME", conflicts_with_all = ["path", "demo"])]
     pub repo: Option<String>,
+    /// Branch, tag or commit of --repo.
+    #[arg(long, default_value = "main", requires = "repo")]
+    pub revision: String,
+    /// The hub to fetch --repo from: a URL [default: $HF_ENDPOINT, else https://huggingface.co],
+    /// or a directory laid out as ORG/NAME/<files> (an offline mirror).
+    #[arg(long, value_name = "URL|DIR", requires = "repo")]
+    pub endpoint: Option<String>,
+    /// Parallel downloads.
+    #[arg(long, default_value_t = 4)]
+    pub downloads: usize,
     /// A local repository folder (config.json, model.q4nx, tokenizer files).
     #[arg(long, value_name = "DIR", conflicts_with = "demo")]
     pub path: Option<PathBuf>,
@@ -45,9 +55,13 @@ pub struct RunArgs {
     pub deep: bool,
 }
 
-/// A `--reference`: a local GGUF path, or `ORG/NAME[@REV]:FILE` resolved in the local Hugging Face
-/// cache (downloading it is the fetch stage's job, not built yet).
-fn resolve_reference(r: &std::path::Path) -> anyhow::Result<PathBuf> {
+/// A `--reference`: a local GGUF path, or `ORG/NAME[@REV]:FILE` from the Hugging Face cache,
+/// fetched from the hub into it when missing.
+fn resolve_reference(
+    g: &Global,
+    r: &std::path::Path,
+    endpoint: Option<&str>,
+) -> anyhow::Result<PathBuf> {
     if r.exists() {
         return r
             .canonicalize()
@@ -59,20 +73,7 @@ fn resolve_reference(r: &std::path::Path) -> anyhow::Result<PathBuf> {
             "GGUF reference {text}: no such file, and not of the form ORG/NAME[@REV]:FILE"
         );
     };
-    let cache = onebit_stages::hub::hf_cache::hub_cache_dir();
-    match rf.in_cache(&cache) {
-        Some(p) => Ok(p),
-        None => anyhow::bail!(
-            "GGUF reference {text}: {} at revision {} is not in the local Hugging Face cache ({}); \
-             downloading it needs the fetch stage, which is not built yet: fetch it with huggingface_hub \
-             (e.g. `hf download {} {}`) or pass a local path",
-            rf.file,
-            rf.revision,
-            cache.display(),
-            rf.repo,
-            rf.file
-        ),
-    }
+    super::fetch::fetch_file(g, &rf, endpoint).with_context(|| format!("GGUF reference {text}"))
 }
 
 /// The versions of every stage this build knows, for `status`.
@@ -116,12 +117,13 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
             .canonicalize()
             .with_context(|| format!("repository folder {}", path.display()))?;
         let reference = match &a.reference {
-            Some(r) => Some(resolve_reference(r)?),
+            Some(r) => Some(resolve_reference(g, r, a.endpoint.as_deref())?),
             None => None,
         };
         let import = onebit_stages::import::ImportSource {
             dir: dir.clone(),
             reference: reference.clone(),
+            fetch: None,
         };
         let graph = onebit_stages::import::import_graph(&import)
             .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
@@ -131,10 +133,28 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
         }
         (graph, import.ref_name(), args)
     } else if let Some(repo) = &a.repo {
-        anyhow::bail!(
-            "cannot import {repo}: the fetch stage (Hugging Face hub download) is not built yet; \
-             download the repository yourself and run `onebit-pipe run --path DIR`"
-        );
+        let reference = match &a.reference {
+            Some(r) => Some(resolve_reference(g, r, a.endpoint.as_deref())?),
+            None => None,
+        };
+        let import = super::fetch::prepare(
+            g,
+            repo,
+            &a.revision,
+            a.endpoint.as_deref(),
+            a.downloads,
+            reference.clone(),
+        )?;
+        let graph = onebit_stages::import::import_graph(&import)
+            .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
+        let mut args = format!("--repo {repo} --revision {}", a.revision);
+        if let Some(e) = &a.endpoint {
+            args.push_str(&format!(" --endpoint {e}"));
+        }
+        if let Some(r) = &reference {
+            args.push_str(&format!(" --reference {}", r.display()));
+        }
+        (graph, repo.clone(), args)
     } else {
         anyhow::bail!("nothing to run: give --repo ORG/NAME, --path DIR or --demo");
     };

@@ -29,11 +29,17 @@ pub struct ImportSource {
     pub dir: PathBuf,
     /// A GGUF of the same model, the independent reference of the verify stage.
     pub reference: Option<PathBuf>,
+    /// When the folder is a hub snapshot fetched before the graph: the fetch stage records it and
+    /// every other stage runs after it.
+    pub fetch: Option<crate::hub::stage::FetchInfo>,
 }
 
 impl ImportSource {
     /// The ref name of the pack: `local/<folder name>` for a folder.
     pub fn ref_name(&self) -> String {
+        if let Some(f) = &self.fetch {
+            return f.repo.clone();
+        }
         format!(
             "local/{}",
             self.dir
@@ -46,6 +52,7 @@ impl ImportSource {
 
 /// The tile-kind stage: decides each tensor's layout (see [`crate::detect`]).
 pub struct DetectStage {
+    extra: Vec<Input>,
     model: PathBuf,
     config: Option<PathBuf>,
 }
@@ -67,6 +74,7 @@ impl Stage for DetectStage {
         if let Some(c) = &self.config {
             v.push(Input::external("config", c));
         }
+        v.extend(self.extra.iter().cloned());
         v
     }
     fn outputs(&self) -> Vec<String> {
@@ -90,6 +98,7 @@ impl Stage for DetectStage {
 
 /// The dequant stage: statistics tables of every tensor (see [`crate::dequant`]).
 pub struct DequantStage {
+    extra: Vec<Input>,
     model: PathBuf,
 }
 
@@ -106,10 +115,12 @@ impl Stage for DequantStage {
         Self::VERSION
     }
     fn inputs(&self) -> Vec<Input> {
-        vec![
+        let mut v = vec![
             Input::external("model", &self.model),
             Input::artifact("layouts", "detect", "layouts.json"),
-        ]
+        ];
+        v.extend(self.extra.iter().cloned());
+        v
     }
     fn outputs(&self) -> Vec<String> {
         vec!["tables".into()]
@@ -150,6 +161,7 @@ impl Stage for DequantStage {
 /// The verify stage: every tensor against the GGUF reference and the tied head against the
 /// embedding (see [`crate::verify`]).
 pub struct VerifyStage {
+    extra: Vec<Input>,
     model: PathBuf,
     config: Option<PathBuf>,
     reference: Option<PathBuf>,
@@ -194,6 +206,7 @@ impl Stage for VerifyStage {
         if let Some(r) = &self.reference {
             v.push(Input::external("reference", r));
         }
+        v.extend(self.extra.iter().cloned());
         v
     }
     fn outputs(&self) -> Vec<String> {
@@ -356,6 +369,7 @@ pub fn stage_versions() -> BTreeMap<String, u32> {
         ("detect".to_string(), DetectStage::VERSION),
         ("dequant".to_string(), DequantStage::VERSION),
         ("verify".to_string(), VerifyStage::VERSION),
+        ("fetch".to_string(), crate::hub::stage::FetchStage::VERSION),
         (
             "semantics".to_string(),
             crate::semantics_stage::SemanticsStage::VERSION,
@@ -367,15 +381,19 @@ pub fn stage_versions() -> BTreeMap<String, u32> {
 pub fn import_graph(source: &ImportSource) -> Result<Graph> {
     let dir = &source.dir;
     let model = dir.join("model.q4nx");
-    if !model.is_file() {
+    // A fetched snapshot is checked against its listing (the files arrive before the graph runs).
+    let has = |name: &str| match &source.fetch {
+        Some(f) => f.files.iter().any(|(p, ..)| p == name),
+        None => dir.join(name).is_file(),
+    };
+    if !has("model.q4nx") {
         return Err(Error::Refused {
             file: dir.clone(),
             tensor: "model.q4nx".into(),
             reason: "the repository folder has no model.q4nx".into(),
         });
     }
-    let config = Some(dir.join("config.json")).filter(|c| c.is_file());
-    let config_for_verify = config.clone();
+    let config = Some(dir.join("config.json")).filter(|_| has("config.json"));
     if let Some(r) = &source.reference
         && !r.is_file()
     {
@@ -386,25 +404,35 @@ pub fn import_graph(source: &ImportSource) -> Result<Graph> {
         });
     }
     let mut stages: Vec<Arc<dyn Stage>> = Vec::new();
+    let mut extra = Vec::new();
+    if let Some(f) = &source.fetch {
+        stages.push(Arc::new(crate::hub::stage::FetchStage {
+            info: f.clone(),
+            snapshot: dir.clone(),
+        }));
+        extra.push(Input::artifact("fetched", "fetch", "manifest.json"));
+    }
     if config.is_some() {
         stages.push(Arc::new(crate::semantics_stage::SemanticsStage {
             dir: dir.clone(),
+            extra: extra.clone(),
         }));
     }
-    stages.extend::<Vec<Arc<dyn Stage>>>(vec![
-        Arc::new(DetectStage {
-            model: model.clone(),
-            config,
-        }),
-        Arc::new(DequantStage {
-            model: model.clone(),
-        }),
-        Arc::new(VerifyStage {
-            model,
-            config: config_for_verify,
-            reference: source.reference.clone(),
-            tie_rows: 4096,
-        }),
-    ]);
+    stages.push(Arc::new(DetectStage {
+        extra: extra.clone(),
+        model: model.clone(),
+        config: config.clone(),
+    }));
+    stages.push(Arc::new(DequantStage {
+        extra: extra.clone(),
+        model: model.clone(),
+    }));
+    stages.push(Arc::new(VerifyStage {
+        extra,
+        model,
+        config,
+        reference: source.reference.clone(),
+        tie_rows: 4096,
+    }));
     Graph::new(stages).map_err(|e| Error::Internal(e.to_string()))
 }

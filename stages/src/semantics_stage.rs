@@ -69,6 +69,8 @@ pub fn semantics_of_dir(dir: &Path) -> Result<Semantics> {
 pub struct SemanticsStage {
     /// The repository folder.
     pub dir: PathBuf,
+    /// Inputs that only order the stage (e.g. after the fetch stage).
+    pub extra: Vec<Input>,
 }
 
 impl SemanticsStage {
@@ -94,6 +96,7 @@ impl Stage for SemanticsStage {
                 v.push(Input::external(name, p));
             }
         }
+        v.extend(self.extra.iter().cloned());
         v
     }
     fn outputs(&self) -> Vec<String> {

@@ -1,4 +1,8 @@
-//! The Hugging Face hub side: for now, resolving files in a local `huggingface_hub` cache
-//! (`$HF_HOME/hub/models--ORG--NAME/{refs,snapshots}`), the layout the fetch stage will write.
+//! The Hugging Face hub side of the fetch stage: the HTTP client ([`client`]), the
+//! `huggingface_hub`-compatible cache ([`hf_cache`], [`fetch`]) and name validation ([`paths`]).
 
+pub mod client;
+pub mod fetch;
 pub mod hf_cache;
+pub mod paths;
+pub mod stage;
