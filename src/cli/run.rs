@@ -101,6 +101,7 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let mut dir_for_ref: Option<PathBuf> = None;
     let (graph, ref_name, args) = if a.demo {
         let graph = onebit_pipeline::demo::demo_graph(
             a.demo_bytes,
@@ -127,6 +128,7 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
         };
         let graph = onebit_stages::import::import_graph(&import)
             .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
+        dir_for_ref = Some(import.dir.clone());
         let mut args = format!("--path {}", dir.display());
         if let Some(r) = &reference {
             args.push_str(&format!(" --reference {}", r.display()));
@@ -147,6 +149,7 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
         )?;
         let graph = onebit_stages::import::import_graph(&import)
             .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
+        dir_for_ref = Some(import.dir.clone());
         let mut args = format!("--repo {repo} --revision {}", a.revision);
         if let Some(e) = &a.endpoint {
             args.push_str(&format!(" --endpoint {e}"));
@@ -161,7 +164,7 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
     let opts = RunOptions {
         jobs,
         ref_name: Some(ref_name),
-        source: json!({ "args": args }),
+        source: json!({ "args": args, "dir": dir_for_ref.map(|d| d.display().to_string()) }),
         deep_check: a.deep,
     };
     let report = run_graph(&store, &graph, &opts, reporter.as_ref()).map_err(|e| match e {
