@@ -5,6 +5,7 @@ pub mod gc;
 pub mod progress;
 pub mod run;
 pub mod semantics;
+pub mod sql;
 pub mod status;
 pub mod unbuilt;
 
@@ -90,7 +91,7 @@ pub enum Command {
     /// Remove store entries that no pack references; report bytes freed.
     Gc(gc::GcArgs),
     /// Query tensor statistics, verification results and run history with SQL.
-    Sql(unbuilt::SqlArgs),
+    Sql(sql::SqlArgs),
     /// Serve verified packs over an OpenAI-compatible HTTP API.
     Serve(unbuilt::ServeArgs),
 }
@@ -102,7 +103,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Semantics(a) => semantics::exec(&cli.global, a),
         Command::Status(a) => status::exec(&cli.global, a),
         Command::Gc(a) => gc::exec(&cli.global, a),
-        Command::Sql(a) => unbuilt::sql(&cli.global, a),
+        Command::Sql(a) => sql::exec(&cli.global, a),
         Command::Serve(a) => unbuilt::serve(&cli.global, a),
     }
 }
