@@ -428,3 +428,40 @@ fn sql_answers_in_every_format_and_points_at_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn the_sql_prompt_lists_tables_and_runs_statements() {
+    use std::io::Write;
+    let home = tempfile::tempdir().expect("tmp");
+    let dir = fixture("llama-q41");
+    assert_eq!(
+        run_in(
+            home.path(),
+            &["--quiet", "run", "--path", dir.to_str().expect("utf8")]
+        )
+        .status
+        .code(),
+        Some(0)
+    );
+    let mut child = bin()
+        .env("ONEBIT_HOME", home.path())
+        .arg("sql")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b".tables\n.schema packs\nSELECT name,\n  needs_run FROM packs;\n.quit\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\ntensor_stats_history\n"), "{text}");
+    assert!(
+        text.contains("needs_run                    Boolean"),
+        "{text}"
+    );
+    assert!(text.contains("| local/llama-q41 | false     |"), "{text}");
+}
