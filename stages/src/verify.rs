@@ -79,6 +79,32 @@ pub struct VerifyRow {
     pub reason: String,
 }
 
+impl VerifyRow {
+    /// A row for `layout` against `reference`, with no numbers yet: `NO_REF` until a comparison
+    /// fills it.
+    pub fn new(layout: &TensorLayout, reference: String) -> VerifyRow {
+        VerifyRow {
+            tensor: layout.name.clone(),
+            reference,
+            reading: layout
+                .kind()
+                .map_or("plain".into(), |k| k.name().to_string()),
+            compared: 0,
+            corr: None,
+            rel_l1: None,
+            rel_l2: None,
+            max_err: None,
+            exact_fraction: None,
+            scale: None,
+            rms_ratio: None,
+            floor: None,
+            expected: None,
+            verdict: Verdict::Skipped,
+            reason: "NO_REF: no reference for this tensor".into(),
+        }
+    }
+}
+
 /// The pack verdict.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PackVerdict {
@@ -473,23 +499,7 @@ pub fn verify_pack(
         .to_string();
     let mut rows = Vec::new();
     for l in layouts {
-        let mut row = VerifyRow {
-            tensor: l.name.clone(),
-            reference: "none".into(),
-            reading: l.kind().map_or("plain".into(), |k| k.name().to_string()),
-            compared: 0,
-            corr: None,
-            rel_l1: None,
-            rel_l2: None,
-            max_err: None,
-            exact_fraction: None,
-            scale: None,
-            rms_ratio: None,
-            floor: None,
-            expected: None,
-            verdict: Verdict::Skipped,
-            reason: "NO_REF: no reference for this tensor".into(),
-        };
+        let mut row = VerifyRow::new(l, "none".into());
         let tw = gguf.and_then(|g| twin(&arch, &l.name, dims.map, |n| g.tensor(n).is_some()));
         let gt = tw
             .as_ref()
@@ -579,23 +589,7 @@ pub fn verify_pack(
             }
             reference = format!("{reference} ÷ √{}", dims.map.hidden);
         }
-        let mut row = VerifyRow {
-            tensor: h.name.clone(),
-            reference: format!("{reference}; first {n} rows"),
-            reading: h.kind().map_or("plain".into(), |k| k.name().to_string()),
-            compared: 0,
-            corr: None,
-            rel_l1: None,
-            rel_l2: None,
-            max_err: None,
-            exact_fraction: None,
-            scale: None,
-            rms_ratio: None,
-            floor: None,
-            expected: None,
-            verdict: Verdict::Skipped,
-            reason: String::new(),
-        };
+        let mut row = VerifyRow::new(h, format!("{reference}; first {n} rows"));
         tie_fit(&x, &ev, h.k as usize, &mut row);
         rows.push(row);
     }
