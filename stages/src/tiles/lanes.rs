@@ -79,6 +79,17 @@ pub fn bf16_plane(tile: &[u8], at: usize, out: &mut [f32]) {
     }
 }
 
+/// The bf16 scale plane (`d`, slots `0..N`) and zero-point plane (`m`, the next `N` slots) of an
+/// asymmetric 4-bit tile, as f32.
+#[inline(always)]
+pub fn scale_and_zero_planes<const N: usize>(tile: &[u8]) -> ([f32; N], [f32; N]) {
+    let mut d = [0f32; N];
+    let mut m = [0f32; N];
+    bf16_plane(tile, 0, &mut d);
+    bf16_plane(tile, 2 * N, &mut m);
+    (d, m)
+}
+
 /// Decodes 4-bit codes: `out[r·C+c] = d[slot]·lut[q]` (+ `m[slot]` when `m` is given).
 ///
 /// Walks the code plane in storage order (one lane band, one column, `P/2` bytes holding `P` rows),

@@ -18,19 +18,13 @@ const _: () = assert!(LANES.rows * LANES.cols / 2 + LANES.base == BYTES);
 
 /// Decodes one tile into `out[r·256 + c]`.
 pub fn decode(tile: &[u8], out: &mut [f32]) {
-    let mut d = [0f32; SLOTS];
-    let mut m = [0f32; SLOTS];
-    lanes::bf16_plane(tile, 0, &mut d);
-    lanes::bf16_plane(tile, 2 * SLOTS, &mut m);
+    let (d, m) = lanes::scale_and_zero_planes::<SLOTS>(tile);
     lanes::decode4(tile, LANES, &lanes::UNSIGNED4, &d, Some(&m), out);
 }
 
 /// Decodes one tile column-major into `out[c·R + r]` (the fast path; see `lanes::decode4_cols`).
 #[inline(always)]
 pub fn decode_cols(tile: &[u8], out: &mut [f32]) {
-    let mut d = [0f32; SLOTS];
-    let mut m = [0f32; SLOTS];
-    lanes::bf16_plane(tile, 0, &mut d);
-    lanes::bf16_plane(tile, 2 * SLOTS, &mut m);
+    let (d, m) = lanes::scale_and_zero_planes::<SLOTS>(tile);
     lanes::decode4_cols_fast(tile, LANES, lanes::Nibbles::Unsigned, &d, Some(&m), out);
 }

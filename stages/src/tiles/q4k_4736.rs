@@ -21,33 +21,30 @@ pub const S_AT: usize = 4608;
 /// Byte offset of the per-row (negated) super min `M`.
 pub const M_AT: usize = 4672;
 
-/// Decodes one tile into `out[r·256 + c]`.
-pub fn decode(tile: &[u8], out: &mut [f32]) {
-    let rows = LANES.rows;
+/// The per-slot `d = S[r]·sc` and `m = M[r]·mn` of a tile, shared by both decoders.
+#[inline(always)]
+fn planes(tile: &[u8]) -> ([f32; SLOTS], [f32; SLOTS]) {
     let mut d = [0f32; SLOTS];
     let mut m = [0f32; SLOTS];
     for g in 0..LANES.groups() {
-        for r in 0..rows {
+        for r in 0..LANES.rows {
             let slot = LANES.slot(r, g);
             d[slot] = lanes::bf16_at(tile, S_AT + 2 * r) * tile[slot] as f32;
             m[slot] = lanes::bf16_at(tile, M_AT + 2 * r) * tile[256 + slot] as f32;
         }
     }
+    (d, m)
+}
+
+/// Decodes one tile into `out[r·256 + c]`.
+pub fn decode(tile: &[u8], out: &mut [f32]) {
+    let (d, m) = planes(tile);
     lanes::decode4(tile, LANES, &lanes::UNSIGNED4, &d, Some(&m), out);
 }
 
 /// Decodes one tile column-major into `out[c·R + r]` (the fast path; see `lanes::decode4_cols`).
 #[inline(always)]
 pub fn decode_cols(tile: &[u8], out: &mut [f32]) {
-    let rows = LANES.rows;
-    let mut d = [0f32; SLOTS];
-    let mut m = [0f32; SLOTS];
-    for g in 0..LANES.groups() {
-        for r in 0..rows {
-            let slot = LANES.slot(r, g);
-            d[slot] = lanes::bf16_at(tile, S_AT + 2 * r) * tile[slot] as f32;
-            m[slot] = lanes::bf16_at(tile, M_AT + 2 * r) * tile[256 + slot] as f32;
-        }
-    }
+    let (d, m) = planes(tile);
     lanes::decode4_cols_fast(tile, LANES, lanes::Nibbles::Unsigned, &d, Some(&m), out);
 }
