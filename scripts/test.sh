@@ -4,7 +4,7 @@
 # including the ones marked #[ignore] for needing them, and ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --disable-pip-version-check numpy "gguf==0.19.0" huggingface_hub pyarrow >&2
+python3 -m pip install -q --disable-pip-version-check numpy "gguf==0.19.0" huggingface_hub pyarrow "sentencepiece==0.2.3" protobuf >&2
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF
 log=$(mktemp)

@@ -1,5 +1,25 @@
 //! # onebit-runtime
 //!
-//! Will own the verified-pack format, the host forward pass, the NPU backend and the server. It
-//! never depends on the other crates: everything the forward pass needs travels inside the pack.
-//! Not built yet: `onebit-pipe serve` refuses with a message until it is.
+//! Runs verified packs. It owns the pack format ([`pack`]), the model description the forward
+//! pass is driven by ([`spec`]), the host kernels on the NPU tiles ([`kernels`]), the forward pass
+//! with its KV cache ([`model`]), text in and out ([`text`]), sampling ([`sample`]) and the
+//! generation loop ([`generate`]). It depends on no other onebit crate: everything the forward
+//! pass needs travels inside the pack.
+
+pub mod error;
+pub mod generate;
+pub mod kernels;
+pub mod model;
+pub mod ops;
+pub mod pack;
+pub mod sample;
+pub mod spec;
+pub mod text;
+
+pub use error::{Error, Result};
+pub use model::{Model, Session};
+pub use pack::{Manifest, Pack};
+pub use spec::ModelSpec;
+
+#[cfg(test)]
+mod model_tests;

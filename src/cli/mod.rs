@@ -1,7 +1,9 @@
 //! Command-line definitions and dispatch. Each subcommand lives in its own module.
 
+pub mod convert;
 pub mod fetch;
 pub mod gc;
+pub mod generate;
 pub mod progress;
 pub mod run;
 pub mod semantics;
@@ -92,6 +94,12 @@ pub enum Command {
     Gc(gc::GcArgs),
     /// Query tensor statistics, verification results and run history with SQL.
     Sql(sql::SqlArgs),
+    /// Complete a prompt with a verified pack on the host CPU.
+    Generate(generate::GenerateArgs),
+    /// Chat with a verified pack on the host CPU.
+    Chat(generate::ChatArgs),
+    /// Convert a GGUF into a FastFlowLM NPU2 repository folder.
+    Convert(convert::ConvertArgs),
     /// Serve verified packs over an OpenAI-compatible HTTP API.
     Serve(unbuilt::ServeArgs),
 }
@@ -104,6 +112,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(a) => status::exec(&cli.global, a),
         Command::Gc(a) => gc::exec(&cli.global, a),
         Command::Sql(a) => sql::exec(&cli.global, a),
+        Command::Generate(a) => generate::exec(&cli.global, a),
+        Command::Chat(a) => generate::chat(&cli.global, a),
+        Command::Convert(a) => convert::exec(&cli.global, a),
         Command::Serve(a) => unbuilt::serve(&cli.global, a),
     }
 }

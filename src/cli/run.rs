@@ -96,6 +96,12 @@ pub fn describe_source(source: &Value) -> String {
 
 /// Builds the graph, runs it, prints the outcome.
 pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
+    let (report, ref_name) = import(g, &a)?;
+    report_verdict(g, &report, &ref_name)
+}
+
+/// Builds and runs the graph for `a`'s source; returns the run report and the pack's ref name.
+pub fn import(g: &Global, a: &RunArgs) -> anyhow::Result<(onebit_pipeline::RunReport, String)> {
     let store = g.store()?;
     let reporter = super::progress::reporter(g);
     let jobs = a
@@ -188,17 +194,22 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
             tracing::info!(stage, output = name, path = %path.display(), "artifact");
         }
     }
+    Ok((report, opts.ref_name.unwrap_or_default()))
+}
+
+/// Prints the verification verdict of a run; exit 1 when a tensor failed.
+fn report_verdict(
+    g: &Global,
+    report: &onebit_pipeline::RunReport,
+    ref_name: &str,
+) -> anyhow::Result<ExitCode> {
     let Some(dir) = report.artifact("verify", "verification") else {
         return Ok(ExitCode::SUCCESS);
     };
     let verdict: onebit_stages::verify::PackVerdict =
         serde_json::from_slice(&std::fs::read(dir.join("verdict.json"))?)?;
     if !g.json {
-        eprintln!(
-            "{}: {}",
-            opts.ref_name.as_deref().unwrap_or("pack"),
-            verdict.summary
-        );
+        eprintln!("{ref_name}: {}", verdict.summary);
         for f in &verdict.failing {
             eprintln!("  FAIL {f}");
         }

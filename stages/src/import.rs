@@ -370,6 +370,7 @@ pub fn stage_versions() -> BTreeMap<String, u32> {
         ("dequant".to_string(), DequantStage::VERSION),
         ("verify".to_string(), VerifyStage::VERSION),
         ("fetch".to_string(), crate::hub::stage::FetchStage::VERSION),
+        ("repack".to_string(), crate::repack::RepackStage::VERSION),
         (
             "semantics".to_string(),
             crate::semantics_stage::SemanticsStage::VERSION,
@@ -428,11 +429,21 @@ pub fn import_graph(source: &ImportSource) -> Result<Graph> {
         model: model.clone(),
     }));
     stages.push(Arc::new(VerifyStage {
-        extra,
+        extra: extra.clone(),
         model,
-        config,
+        config: config.clone(),
         reference: source.reference.clone(),
         tie_rows: 4096,
     }));
+    // The runtime pack needs the semantics (config.json) and a tokenizer.
+    if config.is_some() && has("tokenizer.json") {
+        stages.push(Arc::new(crate::repack::RepackStage {
+            extra,
+            dir: dir.clone(),
+            source: source.ref_name(),
+            revision: source.fetch.as_ref().map(|f| f.commit.clone()),
+            reference: source.reference.clone(),
+        }));
+    }
     Graph::new(stages).map_err(|e| Error::Internal(e.to_string()))
 }

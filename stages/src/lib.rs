@@ -11,6 +11,7 @@
 //! - [`dequant`], [`stats`]: statistics tables as Parquet;
 //! - [`import`]: the stage impls and the graph that wires them.
 
+pub mod convert;
 pub mod dequant;
 pub mod detect;
 pub mod error;
@@ -20,6 +21,7 @@ pub mod hub;
 pub mod import;
 pub mod q4nx;
 pub mod reader;
+pub mod repack;
 pub mod semantics;
 pub mod semantics_stage;
 pub mod stats;

@@ -1,0 +1,347 @@
+//! Host kernels: matrix × activations straight on the 4-/8-bit tiles (no f32 copy of the model).
+//!
+//! For one row band of `P` rows and one 32-column group the product is
+//! `y[r] += d[r,g]·Σ_c q[r,c]·x[c] + m[r,g]·Σ_c x[c]`: the inner sum runs on raw codes, the scale
+//! and zero-point are applied once per group, and the activation group sums are computed once per
+//! call. Rows are split across threads by row block (rayon). Each token's arithmetic is the same
+//! sequence of operations whatever the batch size, so a batched prefill produces bit-for-bit the
+//! values of token-by-token steps.
+//!
+//! Paths: AVX2+FMA (runtime-detected; 16-row sub-bands, even/odd nibbles in two registers) and a
+//! portable scalar path. [`self_check`] compares either with the reference decode on a pack's own
+//! weights at load.
+
+pub mod layout;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use rayon::prelude::*;
+
+pub use layout::{CodeKind, TileLayout};
+
+/// A tiled weight matrix `W[rows][k]` borrowed from the mapped pack.
+#[derive(Clone, Copy, Debug)]
+pub struct QMatrix<'a> {
+    /// Tile layout.
+    pub layout: TileLayout,
+    /// Logical rows.
+    pub rows: usize,
+    /// Logical K (columns).
+    pub k: usize,
+    /// Tiles per row block (`ceil(k/C)`).
+    pub ct: usize,
+    /// The tiles, row-block major.
+    pub data: &'a [u8],
+}
+
+/// Which code path runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// AVX2 + FMA.
+    Avx2,
+    /// Portable scalar.
+    Scalar,
+}
+
+impl Path {
+    /// The fastest path this CPU runs.
+    pub fn detect() -> Path {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                return Path::Avx2;
+            }
+        }
+        Path::Scalar
+    }
+
+    /// Name for logs and benchmarks.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Avx2 => "avx2+fma",
+            Path::Scalar => "scalar",
+        }
+    }
+}
+
+impl<'a> QMatrix<'a> {
+    /// A view of `data` as `rows × k` in `layout`; `None` when the sizes disagree.
+    pub fn new(layout: TileLayout, rows: usize, k: usize, data: &'a [u8]) -> Option<Self> {
+        let ct = k.div_ceil(layout.cols);
+        let rb = rows.div_ceil(layout.rows);
+        (data.len() == rb * ct * layout.bytes).then_some(QMatrix {
+            layout,
+            rows,
+            k,
+            ct,
+            data,
+        })
+    }
+
+    /// K padded to whole tiles.
+    pub fn k_padded(&self) -> usize {
+        self.ct * self.layout.cols
+    }
+
+    fn row_blocks(&self) -> usize {
+        self.rows.div_ceil(self.layout.rows)
+    }
+
+    /// The tile `(rb, cb)`.
+    #[inline]
+    pub fn tile(&self, rb: usize, cb: usize) -> &'a [u8] {
+        let w = self.layout.bytes;
+        let i = rb * self.ct + cb;
+        &self.data[i * w..(i + 1) * w]
+    }
+
+    /// Reference decode of row `r` into `out[..k]` (slow; tests and self-checks).
+    pub fn row_reference(&self, r: usize, out: &mut [f32]) {
+        let l = &self.layout;
+        let (rb, rr) = (r / l.rows, r % l.rows);
+        for c in 0..self.k {
+            out[c] = l.w(self.tile(rb, c / l.cols), rr, c % l.cols);
+        }
+    }
+
+    /// `y[t][r] = Σ_c W[r][c]·x[t][c]` for `t < n`, with `x` as `n × k` and `y` as `n × rows`.
+    pub fn matmul(&self, path: Path, x: &[f32], n: usize, y: &mut [f32]) {
+        assert_eq!(x.len(), n * self.k, "activation size");
+        assert_eq!(y.len(), n * self.rows, "output size");
+        let kp = self.k_padded();
+        let groups = kp / 32;
+        // Padded activations and their 32-column group sums, once per call.
+        let mut xp = vec![0f32; n * kp];
+        let mut sx = vec![0f32; n * groups];
+        for t in 0..n {
+            xp[t * kp..t * kp + self.k].copy_from_slice(&x[t * self.k..(t + 1) * self.k]);
+            for g in 0..groups {
+                sx[t * groups + g] = xp[t * kp + g * 32..t * kp + g * 32 + 32].iter().sum();
+            }
+        }
+        let r_tile = self.layout.rows;
+        let rbs = self.row_blocks();
+        // Enough row blocks per task to amortize scheduling (≈ 64 KiB of tiles).
+        let per_task = (65536 / (self.ct * self.layout.bytes)).clamp(1, 64);
+        let parts: Vec<(usize, Vec<f32>)> = (0..rbs)
+            .step_by(per_task)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|rb0| {
+                let rb1 = (rb0 + per_task).min(rbs);
+                let nrows = (rb1 - rb0) * r_tile;
+                let mut out = vec![0f32; n * nrows];
+                for rb in rb0..rb1 {
+                    let local = (rb - rb0) * r_tile;
+                    self.block(path, rb, &xp, &sx, n, &mut out, nrows, local);
+                }
+                (rb0, out)
+            })
+            .collect();
+        for (rb0, out) in parts {
+            let nrows = out.len() / n.max(1);
+            let r0 = rb0 * r_tile;
+            let take = nrows.min(self.rows - r0);
+            for t in 0..n {
+                y[t * self.rows + r0..t * self.rows + r0 + take]
+                    .copy_from_slice(&out[t * nrows..t * nrows + take]);
+            }
+        }
+    }
+
+    /// One row block into `out[t·stride + local + r]`.
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        path: Path,
+        rb: usize,
+        xp: &[f32],
+        sx: &[f32],
+        n: usize,
+        out: &mut [f32],
+        stride: usize,
+        local: usize,
+    ) {
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => {
+                // SAFETY: `Path::Avx2` is only produced by `Path::detect` after checking the CPU
+                // for AVX2 and FMA.
+                unsafe { x86::block(self, rb, xp, sx, n, out, stride, local) }
+            }
+            _ => scalar::block(self, rb, xp, sx, n, out, stride, local),
+        }
+    }
+}
+
+/// Result of [`self_check`] on one matrix.
+#[derive(Clone, Debug)]
+pub struct CheckResult {
+    /// Largest |kernel − reference| / (‖reference‖∞ + tiny) over the checked rows.
+    pub max_rel: f32,
+    /// Rows checked.
+    pub rows: usize,
+}
+
+/// Runs the kernel on a pseudo-random activation and compares the first and last row block with
+/// the reference decode (exact f64 dot products). Tolerance is the caller's.
+pub fn self_check(m: &QMatrix<'_>, path: Path) -> CheckResult {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64;
+    let x: Vec<f32> = (0..m.k)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect();
+    let mut y = vec![0f32; m.rows];
+    m.matmul(path, &x, 1, &mut y);
+    let r_tile = m.layout.rows;
+    let mut rows: Vec<usize> = (0..r_tile.min(m.rows)).collect();
+    rows.extend(m.rows.saturating_sub(r_tile)..m.rows);
+    rows.dedup();
+    let mut w = vec![0f32; m.k];
+    let mut max_rel = 0f32;
+    let mut scale = 0f64;
+    let mut errs = Vec::new();
+    for &r in &rows {
+        m.row_reference(r, &mut w);
+        let want: f64 = w.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
+        scale = scale.max(want.abs());
+        errs.push((y[r] as f64 - want).abs());
+    }
+    for e in errs {
+        max_rel = max_rel.max((e / (scale + 1e-30)) as f32);
+    }
+    CheckResult {
+        max_rel,
+        rows: rows.len(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A random tiled matrix in `layout` (codes and scales random, padding zero).
+    pub fn random_matrix(layout: TileLayout, rows: usize, k: usize, seed: u64) -> Vec<u8> {
+        let ct = k.div_ceil(layout.cols);
+        let rb = rows.div_ceil(layout.rows);
+        let mut s = seed | 1;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let mut data = vec![0u8; rb * ct * layout.bytes];
+        for t in data.chunks_mut(layout.bytes) {
+            for b in t[layout.base..].iter_mut() {
+                *b = next() as u8;
+            }
+            for slot in 0..layout.rows * layout.groups() {
+                let d = half::bf16::from_f32(0.01 + (next() % 100) as f32 * 1e-4).to_bits();
+                t[2 * slot..2 * slot + 2].copy_from_slice(&d.to_le_bytes());
+                if layout.zero {
+                    let m = half::bf16::from_f32(-0.08 + (next() % 100) as f32 * 1e-4).to_bits();
+                    let at = layout.zero_base() + 2 * slot;
+                    t[at..at + 2].copy_from_slice(&m.to_le_bytes());
+                }
+            }
+        }
+        data
+    }
+
+    fn reference_matmul(m: &QMatrix<'_>, x: &[f32], n: usize) -> Vec<f64> {
+        let mut y = vec![0f64; n * m.rows];
+        let mut w = vec![0f32; m.k];
+        for r in 0..m.rows {
+            m.row_reference(r, &mut w);
+            for t in 0..n {
+                y[t * m.rows + r] = w
+                    .iter()
+                    .zip(&x[t * m.k..(t + 1) * m.k])
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum();
+            }
+        }
+        y
+    }
+
+    #[test]
+    fn every_layout_and_path_matches_the_reference_decode() {
+        for layout in layout::LAYOUTS {
+            // K off the tile grid exercises padding; rows span several row blocks.
+            let (rows, k) = (layout.rows * 3, layout.cols * 2 + 64);
+            let data = random_matrix(layout, rows, k, 7);
+            // Padding columns must be zero for the product to be right: zero them like a writer.
+            let mut data = data;
+            let ct = k.div_ceil(layout.cols);
+            for (i, t) in data.chunks_mut(layout.bytes).enumerate() {
+                if i % ct == ct - 1 {
+                    for r in 0..layout.rows {
+                        for g in (k % layout.cols) / 32..layout.groups() {
+                            t[2 * (g * layout.rows + r)..2 * (g * layout.rows + r) + 2].fill(0);
+                            if layout.zero {
+                                let at = layout.zero_base() + 2 * (g * layout.rows + r);
+                                t[at..at + 2].fill(0);
+                            }
+                        }
+                    }
+                }
+            }
+            let m = QMatrix::new(layout, rows, k, &data).expect("sizes");
+            let n = 3;
+            let x: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                .collect();
+            let want = reference_matmul(&m, &x, n);
+            for path in [Path::Scalar, Path::detect()] {
+                let mut y = vec![0f32; n * rows];
+                m.matmul(path, &x, n, &mut y);
+                let scale = want.iter().fold(0f64, |a, &b| a.max(b.abs()));
+                for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {
+                    assert!(
+                        ((a as f64) - b).abs() <= 1e-5 * scale,
+                        "{} {:?} [{i}]: {a} vs {b}",
+                        layout.name,
+                        path
+                    );
+                }
+                assert!(self_check(&m, path).max_rel < 1e-5);
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_gives_bit_for_bit_the_single_token_results() {
+        for layout in layout::LAYOUTS {
+            let (rows, k) = (layout.rows * 2, layout.cols * 2);
+            let data = random_matrix(layout, rows, k, 11);
+            let m = QMatrix::new(layout, rows, k, &data).expect("sizes");
+            let n = 7;
+            let x: Vec<f32> = (0..n * k)
+                .map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0)
+                .collect();
+            for path in [Path::Scalar, Path::detect()] {
+                let mut batch = vec![0f32; n * rows];
+                m.matmul(path, &x, n, &mut batch);
+                for t in 0..n {
+                    let mut one = vec![0f32; rows];
+                    m.matmul(path, &x[t * k..(t + 1) * k], 1, &mut one);
+                    assert_eq!(
+                        one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        batch[t * rows..(t + 1) * rows]
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect::<Vec<_>>(),
+                        "{} {path:?} token {t}",
+                        layout.name
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! AVX2 + FMA kernel. Each 16-row sub-band of a lane band is two registers of accumulators: for
+//! 4-bit codes the even rows (low nibbles) and the odd rows (high nibbles) of the column's 8
+//! bytes; for 8-bit codes rows 0–7 and 8–15 of its 16 bytes. Up to four tokens share each
+//! unpacked column.
+
+use std::arch::x86_64::*;
+
+use super::QMatrix;
+use super::layout::CodeKind;
+
+/// One row block (see `QMatrix::block`).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn block(
+    m: &QMatrix<'_>,
+    rb: usize,
+    xp: &[f32],
+    sx: &[f32],
+    n: usize,
+    out: &mut [f32],
+    stride: usize,
+    local: usize,
+) {
+    let mut t0 = 0;
+    while t0 < n {
+        let nt = (n - t0).min(4);
+        // SAFETY: same CPU contract as this function.
+        unsafe {
+            match nt {
+                1 => tokens::<1>(m, rb, xp, sx, t0, out, stride, local),
+                2 => tokens::<2>(m, rb, xp, sx, t0, out, stride, local),
+                3 => tokens::<3>(m, rb, xp, sx, t0, out, stride, local),
+                _ => tokens::<4>(m, rb, xp, sx, t0, out, stride, local),
+            }
+        }
+        t0 += nt;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tokens<const NT: usize>(
+    m: &QMatrix<'_>,
+    rb: usize,
+    xp: &[f32],
+    sx: &[f32],
+    t0: usize,
+    out: &mut [f32],
+    stride: usize,
+    local: usize,
+) {
+    let l = &m.layout;
+    let (kp, groups, per_tile) = (m.k_padded(), m.k_padded() / 32, l.groups());
+    let (p, cols, base) = (l.lane, l.cols, l.base);
+    let eight = matches!(l.codes, CodeKind::S8);
+    let signed4 = matches!(l.codes, CodeKind::S4);
+    let mask = _mm256_set1_epi32(0x0F);
+    let bias = _mm256_set1_epi32(8);
+    for cb in 0..m.ct {
+        let tile = m.tile(rb, cb);
+        let tp = tile.as_ptr();
+        for sb in 0..l.rows / 16 {
+            let (band, sub) = ((sb * 16) / p, ((sb * 16) % p) / 16);
+            for g in 0..per_tile {
+                let gg = cb * per_tile + g;
+                let mut acc = [[_mm256_setzero_ps(); 2]; NT];
+                for c in g * 32..g * 32 + 32 {
+                    let (f0, f1) = if eight {
+                        let at = base + (band * cols + c) * p + sub * 16;
+                        debug_assert!(at + 16 <= tile.len());
+                        // SAFETY: `at + 16 ≤ tile.len()` by the layout's geometry.
+                        let v = unsafe { _mm_loadu_si128(tp.add(at) as *const __m128i) };
+                        (
+                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
+                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))),
+                        )
+                    } else {
+                        let at = base + (band * cols + c) * (p / 2) + sub * 8;
+                        debug_assert!(at + 8 <= tile.len());
+                        // SAFETY: `at + 8 ≤ tile.len()` by the layout's geometry.
+                        let v = unsafe { _mm_loadl_epi64(tp.add(at) as *const __m128i) };
+                        let w = _mm256_cvtepu8_epi32(v);
+                        let mut lo = _mm256_and_si256(w, mask);
+                        let mut hi = _mm256_srli_epi32(w, 4);
+                        if signed4 {
+                            lo = _mm256_sub_epi32(_mm256_xor_si256(lo, bias), bias);
+                            hi = _mm256_sub_epi32(_mm256_xor_si256(hi, bias), bias);
+                        }
+                        (_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi))
+                    };
+                    for (t, a) in acc.iter_mut().enumerate() {
+                        let xb = _mm256_set1_ps(xp[(t0 + t) * kp + cb * cols + c]);
+                        a[0] = _mm256_fmadd_ps(f0, xb, a[0]);
+                        a[1] = _mm256_fmadd_ps(f1, xb, a[1]);
+                    }
+                }
+                for (t, a) in acc.iter().enumerate() {
+                    let mut v = [0f32; 16];
+                    // SAFETY: `v` holds 16 floats.
+                    unsafe {
+                        _mm256_storeu_ps(v.as_mut_ptr(), a[0]);
+                        _mm256_storeu_ps(v.as_mut_ptr().add(8), a[1]);
+                    }
+                    let s = sx[(t0 + t) * groups + gg];
+                    for (i, &acc_i) in v.iter().enumerate() {
+                        let r = sb * 16
+                            + if eight {
+                                i
+                            } else if i < 8 {
+                                2 * i
+                            } else {
+                                2 * (i - 8) + 1
+                            };
+                        let o = &mut out[(t0 + t) * stride + local + r];
+                        *o += l.d(tile, r, g) * acc_i + l.m(tile, r, g) * s;
+                    }
+                }
+            }
+        }
+    }
+}

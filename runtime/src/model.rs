@@ -1,0 +1,542 @@
+//! The host forward pass: a decoder-only transformer driven by [`ModelSpec`] flags, on the pack's
+//! own tiles, with a KV cache and batched prefill.
+
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::kernels::{self, Path as KPath, QMatrix, TileLayout};
+use crate::ops;
+use crate::pack::Pack;
+use crate::spec::{Act, ModelSpec, QkNorm};
+
+/// A weight matrix of the pack: tiles, or plain bf16 rows (embedding, a bf16 head).
+#[derive(Clone, Debug)]
+enum Weight {
+    Tiled {
+        layout: TileLayout,
+        rows: usize,
+        k: usize,
+        range: std::ops::Range<usize>,
+    },
+    Bf16 {
+        rows: usize,
+        k: usize,
+        range: std::ops::Range<usize>,
+        scale: f32,
+    },
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    q: Weight,
+    k: Weight,
+    v: Weight,
+    o: Weight,
+    q_bias: Option<Vec<f32>>,
+    k_bias: Option<Vec<f32>>,
+    v_bias: Option<Vec<f32>>,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    post_attn_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    post_ffn_norm: Option<Vec<f32>>,
+    gate: Weight,
+    up: Weight,
+    down: Weight,
+}
+
+/// A loaded model: the pack, its bound weights and the kernel path.
+pub struct Model {
+    /// The pack.
+    pub pack: Pack,
+    /// The model description.
+    pub spec: ModelSpec,
+    path: KPath,
+    embed: std::ops::Range<usize>,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    head: Weight,
+}
+
+/// The KV cache and position of one sequence.
+pub struct Session {
+    /// Tokens processed so far.
+    pub pos: usize,
+    /// Capacity in tokens.
+    pub capacity: usize,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+}
+
+impl Session {
+    /// Forgets everything after position `pos` (keeps a shared prompt prefix).
+    pub fn truncate(&mut self, pos: usize) {
+        self.pos = self.pos.min(pos);
+    }
+
+    /// The cached keys of `layer` for positions `< pos` (tests compare caches).
+    pub fn keys(&self, layer: usize) -> &[f32] {
+        let w = self.k[layer].len() / self.capacity.max(1);
+        &self.k[layer][..self.pos * w]
+    }
+
+    /// The cached values of `layer` for positions `< pos`.
+    pub fn values(&self, layer: usize) -> &[f32] {
+        let w = self.v[layer].len() / self.capacity.max(1);
+        &self.v[layer][..self.pos * w]
+    }
+}
+
+/// Result of the load-time kernel self-check.
+#[derive(Clone, Debug)]
+pub struct SelfCheck {
+    /// Kernel path used.
+    pub path: &'static str,
+    /// Matrices checked.
+    pub matrices: usize,
+    /// Largest relative error against the reference decode.
+    pub max_rel: f32,
+}
+
+/// Largest relative error the self-check accepts (f32 accumulation over K ≤ 16k).
+pub const SELF_CHECK_TOLERANCE: f32 = 1e-4;
+
+impl Model {
+    /// Binds the pack's tensors to the spec's roles; names the missing or unreadable tensor.
+    pub fn load(pack: Pack) -> Result<Model> {
+        Self::load_with(pack, KPath::detect())
+    }
+
+    /// [`Model::load`] with an explicit kernel path (benchmarks, tests).
+    pub fn load_with(pack: Pack, path: KPath) -> Result<Model> {
+        let spec = pack.manifest.model.clone();
+        let dir = pack.dir.clone();
+        let missing = |name: &str| Error::Pack {
+            pack: dir.clone(),
+            what: format!("tensor {name} is missing"),
+        };
+        let vector = |name: &str, add_one: bool| -> Result<Vec<f32>> {
+            let s = pack.stored(name).ok_or_else(|| missing(name))?;
+            let b = &pack.map()[s.range.clone()];
+            let v: Vec<f32> = match s.dtype.as_str() {
+                "BF16" => b
+                    .chunks_exact(2)
+                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
+                "F32" => b
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                other => {
+                    return Err(Error::Pack {
+                        pack: dir.clone(),
+                        what: format!("{name}: vector of dtype {other}"),
+                    });
+                }
+            };
+            Ok(if add_one {
+                v.into_iter().map(|x| x + 1.0).collect()
+            } else {
+                v
+            })
+        };
+        let opt_vector = |name: &str, add_one: bool| -> Result<Option<Vec<f32>>> {
+            if pack.stored(name).is_some() {
+                vector(name, add_one).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let weight = |name: &str, rows: usize, k: usize| -> Result<Weight> {
+            let s = pack.stored(name).ok_or_else(|| missing(name))?;
+            let e = pack.manifest.tensors.get(name);
+            let kind = e.map(|e| e.kind.as_str()).unwrap_or(s.dtype.as_str());
+            if kind == "BF16" {
+                if s.range.len() != rows * k * 2 {
+                    return Err(Error::Pack {
+                        pack: dir.clone(),
+                        what: format!("{name}: {} bytes, expected {rows}×{k} bf16", s.range.len()),
+                    });
+                }
+                return Ok(Weight::Bf16 {
+                    rows,
+                    k,
+                    range: s.range.clone(),
+                    scale: 1.0,
+                });
+            }
+            let layout = TileLayout::by_name(kind).ok_or_else(|| Error::Refused {
+                pack: dir.clone(),
+                reason: format!("{name}: no host kernel for tile kind {kind}"),
+            })?;
+            QMatrix::new(layout, rows, k, &pack.map()[s.range.clone()]).ok_or_else(|| {
+                Error::Pack {
+                    pack: dir.clone(),
+                    what: format!(
+                        "{name}: {} bytes do not hold {rows}×{k} in {kind} tiles",
+                        s.range.len()
+                    ),
+                }
+            })?;
+            Ok(Weight::Tiled {
+                layout,
+                rows,
+                k,
+                range: s.range.clone(),
+            })
+        };
+        let (h, qr, kvr, f) = (spec.hidden, spec.q_rows(), spec.kv_rows(), spec.ffn);
+        let add1 = spec.norm_add_one;
+        let mut layers = Vec::with_capacity(spec.layers.len());
+        for i in 0..spec.layers.len() {
+            let n = |s: &str| format!("model.layers.{i}.{s}");
+            let (post_attn_norm, ffn_norm, post_ffn_norm) = if spec.sandwich_norms {
+                (
+                    Some(vector(&n("post_attention_layernorm.weight"), add1)?),
+                    vector(&n("pre_feedforward_layernorm.weight"), add1)?,
+                    Some(vector(&n("post_feedforward_layernorm.weight"), add1)?),
+                )
+            } else {
+                (
+                    None,
+                    vector(&n("post_attention_layernorm.weight"), add1)?,
+                    None,
+                )
+            };
+            let qk = spec.qk_norm != QkNorm::Off;
+            layers.push(Layer {
+                attn_norm: vector(&n("input_layernorm.weight"), add1)?,
+                q: weight(&n("self_attn.q_proj.weight"), qr, h)?,
+                k: weight(&n("self_attn.k_proj.weight"), kvr, h)?,
+                v: weight(&n("self_attn.v_proj.weight"), kvr, h)?,
+                o: weight(&n("self_attn.o_proj.weight"), h, qr)?,
+                q_bias: opt_vector(&n("self_attn.q_proj.bias"), false)?,
+                k_bias: opt_vector(&n("self_attn.k_proj.bias"), false)?,
+                v_bias: opt_vector(&n("self_attn.v_proj.bias"), false)?,
+                q_norm: if qk {
+                    Some(vector(&n("self_attn.q_norm.weight"), add1)?)
+                } else {
+                    None
+                },
+                k_norm: if qk {
+                    Some(vector(&n("self_attn.k_norm.weight"), add1)?)
+                } else {
+                    None
+                },
+                post_attn_norm,
+                ffn_norm,
+                post_ffn_norm,
+                gate: weight(&n("mlp.gate_proj.weight"), f, h)?,
+                up: weight(&n("mlp.up_proj.weight"), f, h)?,
+                down: weight(&n("mlp.down_proj.weight"), h, f)?,
+            });
+        }
+        let embed_name = "model.embed_tokens.weight";
+        let es = pack.stored(embed_name).ok_or_else(|| missing(embed_name))?;
+        if es.dtype != "BF16" || es.range.len() != spec.vocab * h * 2 {
+            return Err(Error::Pack {
+                pack: dir.clone(),
+                what: format!(
+                    "{embed_name}: expected {}×{h} BF16, found {} {:?}",
+                    spec.vocab, es.dtype, es.shape
+                ),
+            });
+        }
+        let embed = es.range.clone();
+        let head = if pack.stored("lm_head.weight").is_some() {
+            weight("lm_head.weight", spec.vocab, h)?
+        } else {
+            Weight::Bf16 {
+                rows: spec.vocab,
+                k: h,
+                range: embed.clone(),
+                scale: 1.0 / spec.tied_head_divisor,
+            }
+        };
+        let norm = vector("model.norm.weight", add1)?;
+        Ok(Model {
+            pack,
+            spec,
+            path,
+            embed,
+            layers,
+            norm,
+            head,
+        })
+    }
+
+    /// The kernel path in use.
+    pub fn kernel_path(&self) -> KPath {
+        self.path
+    }
+
+    fn all_weights(&self) -> Vec<&Weight> {
+        let mut v = vec![&self.head];
+        for l in &self.layers {
+            v.extend([&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]);
+        }
+        v
+    }
+
+    /// Checks the kernel against the reference decode on every tiled matrix of the pack (first
+    /// and last row block each); refuses to run when one disagrees.
+    pub fn self_check(&self) -> Result<SelfCheck> {
+        let mut worst = 0f32;
+        let mut count = 0;
+        for w in self.all_weights() {
+            if let Weight::Tiled {
+                layout,
+                rows,
+                k,
+                range,
+            } = w
+            {
+                let data = &self.pack.map()[range.clone()];
+                let m = QMatrix::new(*layout, *rows, *k, data)
+                    .ok_or_else(|| Error::Internal("matrix size changed".into()))?;
+                let r = kernels::self_check(&m, self.path);
+                if r.max_rel > SELF_CHECK_TOLERANCE || !r.max_rel.is_finite() {
+                    return Err(Error::Refused {
+                        pack: self.pack.dir.clone(),
+                        reason: format!(
+                            "kernel self-check failed on a {} matrix ({rows}×{k}): relative error {} vs the reference decode",
+                            layout.name, r.max_rel
+                        ),
+                    });
+                }
+                worst = worst.max(r.max_rel);
+                count += 1;
+            }
+        }
+        Ok(SelfCheck {
+            path: self.path.name(),
+            matrices: count,
+            max_rel: worst,
+        })
+    }
+
+    /// A fresh sequence with room for `capacity` tokens.
+    pub fn session(&self, capacity: usize) -> Session {
+        let kvr = self.spec.kv_rows();
+        Session {
+            pos: 0,
+            capacity,
+            k: (0..self.layers.len())
+                .map(|_| vec![0f32; capacity * kvr])
+                .collect(),
+            v: (0..self.layers.len())
+                .map(|_| vec![0f32; capacity * kvr])
+                .collect(),
+        }
+    }
+
+    fn matmul(&self, w: &Weight, x: &[f32], n: usize, y: &mut [f32]) {
+        match w {
+            Weight::Tiled {
+                layout,
+                rows,
+                k,
+                range,
+            } => {
+                let data = &self.pack.map()[range.clone()];
+                if let Some(m) = QMatrix::new(*layout, *rows, *k, data) {
+                    m.matmul(self.path, x, n, y);
+                }
+            }
+            Weight::Bf16 {
+                rows,
+                k,
+                range,
+                scale,
+            } => {
+                let data = &self.pack.map()[range.clone()];
+                let (rows, k, scale) = (*rows, *k, *scale);
+                let cols: Vec<Vec<f32>> = (0..rows)
+                    .into_par_iter()
+                    .with_min_len(256)
+                    .map(|r| {
+                        let row: Vec<f32> = data[r * k * 2..(r + 1) * k * 2]
+                            .chunks_exact(2)
+                            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                            .collect();
+                        (0..n)
+                            .map(|t| ops::dot(&row, &x[t * k..(t + 1) * k]) * scale)
+                            .collect()
+                    })
+                    .collect();
+                for (r, c) in cols.into_iter().enumerate() {
+                    for (t, v) in c.into_iter().enumerate() {
+                        y[t * rows + r] = v;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs `tokens` at positions `s.pos..`, appending to the cache. Returns the logits of every
+    /// token (`all`) or of the last one, row-major `[tokens][vocab]`.
+    pub fn forward(&self, s: &mut Session, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
+        let sp = &self.spec;
+        let n = tokens.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        if s.pos + n > s.capacity {
+            return Err(Error::Request {
+                field: "context",
+                reason: format!(
+                    "{} tokens in context plus {n} new exceed the {}-token context",
+                    s.pos, s.capacity
+                ),
+            });
+        }
+        let (h, d, nh, nkv) = (sp.hidden, sp.head_dim, sp.heads, sp.kv_heads);
+        let (qr, kvr) = (sp.q_rows(), sp.kv_rows());
+        let emb = &self.pack.map()[self.embed.clone()];
+        let mut x = vec![0f32; n * h];
+        for (t, &tok) in tokens.iter().enumerate() {
+            let id = tok as usize;
+            if id >= sp.vocab {
+                return Err(Error::Request {
+                    field: "tokens",
+                    reason: format!("token id {id} is outside the {}-token vocabulary", sp.vocab),
+                });
+            }
+            for (j, c) in emb[id * h * 2..(id + 1) * h * 2]
+                .chunks_exact(2)
+                .enumerate()
+            {
+                x[t * h + j] = half::bf16::from_le_bytes([c[0], c[1]]).to_f32() * sp.embed_scale;
+            }
+        }
+        let pos0 = s.pos;
+        let mut hbuf = vec![0f32; n * h];
+        let mut q = vec![0f32; n * qr];
+        let mut k = vec![0f32; n * kvr];
+        let mut v = vec![0f32; n * kvr];
+        let mut att = vec![0f32; n * qr];
+        let mut o = vec![0f32; n * h];
+        let mut g = vec![0f32; n * sp.ffn];
+        let mut u = vec![0f32; n * sp.ffn];
+        for (li, (l, ls)) in self.layers.iter().zip(&sp.layers).enumerate() {
+            let rope = &sp.ropes[ls.rope];
+            ops::rmsnorm(&x, &l.attn_norm, sp.eps, &mut hbuf);
+            self.matmul(&l.q, &hbuf, n, &mut q);
+            self.matmul(&l.k, &hbuf, n, &mut k);
+            self.matmul(&l.v, &hbuf, n, &mut v);
+            for (buf, bias) in [
+                (&mut q, &l.q_bias),
+                (&mut k, &l.k_bias),
+                (&mut v, &l.v_bias),
+            ] {
+                if let Some(b) = bias {
+                    for row in buf.chunks_exact_mut(b.len()) {
+                        for (a, &bb) in row.iter_mut().zip(b) {
+                            *a += bb;
+                        }
+                    }
+                }
+            }
+            let norm_heads = |buf: &mut [f32], w: &Option<Vec<f32>>| {
+                if let Some(w) = w {
+                    ops::rmsnorm_inplace(buf, w, sp.eps);
+                }
+            };
+            if sp.qk_norm == QkNorm::BeforeRope {
+                norm_heads(&mut q, &l.q_norm);
+                norm_heads(&mut k, &l.k_norm);
+            }
+            for t in 0..n {
+                for hh in 0..nh {
+                    let off = t * qr + hh * d;
+                    ops::rope(
+                        &mut q[off..off + d],
+                        pos0 + t,
+                        &rope.inv_freq,
+                        rope.attention_factor,
+                    );
+                }
+                for hh in 0..nkv {
+                    let off = t * kvr + hh * d;
+                    ops::rope(
+                        &mut k[off..off + d],
+                        pos0 + t,
+                        &rope.inv_freq,
+                        rope.attention_factor,
+                    );
+                }
+            }
+            if sp.qk_norm == QkNorm::AfterRope {
+                norm_heads(&mut q, &l.q_norm);
+                norm_heads(&mut k, &l.k_norm);
+            }
+            s.k[li][pos0 * kvr..(pos0 + n) * kvr].copy_from_slice(&k);
+            s.v[li][pos0 * kvr..(pos0 + n) * kvr].copy_from_slice(&v);
+            let (kc, vc) = (&s.k[li], &s.v[li]);
+            let group = nh / nkv.max(1);
+            att.par_chunks_mut(d).enumerate().for_each(|(idx, out)| {
+                let (t, hh) = (idx / nh, idx % nh);
+                let p = pos0 + t;
+                let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+                let kvh = hh / group.max(1);
+                let qv = &q[t * qr + hh * d..t * qr + hh * d + d];
+                let mut sc: Vec<f32> = (lo..=p)
+                    .map(|j| {
+                        let kj = &kc[j * kvr + kvh * d..j * kvr + kvh * d + d];
+                        let mut s = ops::dot(qv, kj) * sp.attn_scale;
+                        if let Some(cap) = sp.attn_softcap {
+                            s = cap * (s / cap).tanh();
+                        }
+                        s
+                    })
+                    .collect();
+                ops::softmax(&mut sc);
+                out.fill(0.0);
+                for (j, &w) in (lo..=p).zip(&sc) {
+                    let vj = &vc[j * kvr + kvh * d..j * kvr + kvh * d + d];
+                    for (a, &b) in out.iter_mut().zip(vj) {
+                        *a += w * b;
+                    }
+                }
+            });
+            self.matmul(&l.o, &att, n, &mut o);
+            if let Some(w) = &l.post_attn_norm {
+                ops::rmsnorm_inplace(&mut o, w, sp.eps);
+            }
+            for (a, &b) in x.iter_mut().zip(&o) {
+                *a += b;
+            }
+            ops::rmsnorm(&x, &l.ffn_norm, sp.eps, &mut hbuf);
+            self.matmul(&l.gate, &hbuf, n, &mut g);
+            self.matmul(&l.up, &hbuf, n, &mut u);
+            for (a, &b) in g.iter_mut().zip(&u) {
+                *a = match sp.act {
+                    Act::Silu => ops::silu(*a),
+                    Act::GeluTanh => ops::gelu_tanh(*a),
+                } * b;
+            }
+            self.matmul(&l.down, &g, n, &mut o);
+            if let Some(w) = &l.post_ffn_norm {
+                ops::rmsnorm_inplace(&mut o, w, sp.eps);
+            }
+            for (a, &b) in x.iter_mut().zip(&o) {
+                *a += b;
+            }
+        }
+        s.pos += n;
+        let rows: Vec<usize> = if all { (0..n).collect() } else { vec![n - 1] };
+        let mut xs = Vec::with_capacity(rows.len() * h);
+        for &t in &rows {
+            xs.extend_from_slice(&x[t * h..(t + 1) * h]);
+        }
+        ops::rmsnorm_inplace(&mut xs, &self.norm, sp.eps);
+        let mut logits = vec![0f32; rows.len() * sp.vocab];
+        self.matmul(&self.head, &xs, rows.len(), &mut logits);
+        if let Some(cap) = sp.final_softcap {
+            for v in logits.iter_mut() {
+                *v = cap * (*v / cap).tanh();
+            }
+        }
+        Ok(logits)
+    }
+}

@@ -1,0 +1,407 @@
+//! Forward-pass tests on a small synthetic pack written here: the batched prefill against
+//! token-by-token steps (bit for bit, logits and KV), and the whole forward pass against a plain
+//! f64 reference written from the definitions.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use crate::kernels::tests::random_matrix;
+use crate::kernels::{QMatrix, TileLayout};
+use crate::model::Model;
+use crate::pack::{FORMAT, Manifest, Pack, Provenance, TensorEntry, VERSION, Verification};
+use crate::spec::{Act, LayerSpec, ModelSpec, QkNorm, RopeTable};
+
+const H: usize = 128;
+const D: usize = 64;
+const NH: usize = 2;
+const NKV: usize = 1;
+const F: usize = 256;
+const V: usize = 64;
+
+fn spec(qk: QkNorm, act: Act, sandwich: bool) -> ModelSpec {
+    let rope = |base: f32| RopeTable {
+        inv_freq: (0..D / 2)
+            .map(|i| base.powf(-(2.0 * i as f32) / D as f32))
+            .collect(),
+        attention_factor: 1.0,
+    };
+    ModelSpec {
+        family: "test".into(),
+        hidden: H,
+        heads: NH,
+        kv_heads: NKV,
+        head_dim: D,
+        ffn: F,
+        vocab: V,
+        eps: 1e-6,
+        norm_add_one: false,
+        act,
+        layers: vec![
+            LayerSpec {
+                window: Some(4),
+                rope: 0,
+            },
+            LayerSpec {
+                window: None,
+                rope: 1,
+            },
+        ],
+        ropes: vec![rope(10_000.0), rope(1_000_000.0)],
+        qk_norm: qk,
+        sandwich_norms: sandwich,
+        attn_scale: 1.0 / 16.0,
+        qkv_bias: false,
+        embed_scale: 1.0,
+        tied_head_divisor: 2.0,
+        final_softcap: None,
+        attn_softcap: None,
+        bos: Some(1),
+        add_bos: true,
+        eos: vec![2],
+        context: 64,
+    }
+}
+
+/// Writes a pack with random weights for `spec` into `dir`.
+fn write_pack(dir: &std::path::Path, spec: &ModelSpec) {
+    let layout = TileLayout::by_name("Q41_1280").expect("layout");
+    let mut tensors: Vec<(String, &str, Vec<u64>, Vec<u8>)> = Vec::new();
+    let mut seed = 1u64;
+    let mut bf = |n: usize, base: f32, spread: f32| -> Vec<u8> {
+        seed += 1;
+        let mut s = seed * 0x9E37_79B9;
+        (0..n)
+            .flat_map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                let v = base + spread * ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5);
+                half::bf16::from_f32(v).to_le_bytes()
+            })
+            .collect()
+    };
+    tensors.push((
+        "model.embed_tokens.weight".into(),
+        "BF16",
+        vec![V as u64, H as u64],
+        bf(V * H, 0.0, 2.0),
+    ));
+    tensors.push((
+        "model.norm.weight".into(),
+        "BF16",
+        vec![H as u64],
+        bf(H, 1.0, 0.2),
+    ));
+    let mut s2 = 100u64;
+    for l in 0..spec.layers.len() {
+        let n = |x: &str| format!("model.layers.{l}.{x}");
+        for norm in [
+            "input_layernorm.weight",
+            "post_attention_layernorm.weight",
+            "pre_feedforward_layernorm.weight",
+            "post_feedforward_layernorm.weight",
+        ] {
+            tensors.push((n(norm), "BF16", vec![H as u64], bf(H, 1.0, 0.2)));
+        }
+        for norm in ["self_attn.q_norm.weight", "self_attn.k_norm.weight"] {
+            tensors.push((n(norm), "BF16", vec![D as u64], bf(D, 1.0, 0.2)));
+        }
+        for (name, rows, k) in [
+            ("self_attn.q_proj.weight", NH * D, H),
+            ("self_attn.k_proj.weight", NKV * D, H),
+            ("self_attn.v_proj.weight", NKV * D, H),
+            ("self_attn.o_proj.weight", H, NH * D),
+            ("mlp.gate_proj.weight", F, H),
+            ("mlp.up_proj.weight", F, H),
+            ("mlp.down_proj.weight", H, F),
+        ] {
+            s2 += 1;
+            let data = random_matrix(layout, rows, k, s2);
+            let tiles = data.len() / layout.bytes;
+            tensors.push((n(name), "I8", vec![tiles as u64, layout.bytes as u64], data));
+        }
+    }
+    let mut header = serde_json::Map::new();
+    let mut at = 0usize;
+    let mut entries = BTreeMap::new();
+    for (name, dtype, shape, data) in &tensors {
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [at, at + data.len()]}),
+        );
+        at += data.len();
+        let (rows, k) = if *dtype == "I8" {
+            let (r, k) = dims_of(name);
+            (r as u64, k as u64)
+        } else if shape.len() == 2 {
+            (shape[0], shape[1])
+        } else {
+            (1, shape[0])
+        };
+        let kind = if *dtype == "I8" { "Q41_1280" } else { dtype };
+        entries.insert(
+            name.clone(),
+            TensorEntry {
+                kind: kind.into(),
+                rows,
+                k,
+            },
+        );
+    }
+    let mut h = serde_json::to_vec(&header).expect("header");
+    while h.len() % 8 != 0 {
+        h.push(b' ');
+    }
+    let mut f = std::fs::File::create(dir.join("model.q4nx")).expect("create");
+    f.write_all(&(h.len() as u64).to_le_bytes()).expect("w");
+    f.write_all(&h).expect("w");
+    for (_, _, _, data) in &tensors {
+        f.write_all(data).expect("w");
+    }
+    let manifest = Manifest {
+        format: FORMAT.into(),
+        version: VERSION,
+        model: spec.clone(),
+        tensors: entries,
+        provenance: Provenance::default(),
+        verification: Verification {
+            verified: true,
+            summary: "synthetic".into(),
+        },
+        chat_template: None,
+        decisions: vec![],
+    };
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_vec(&manifest).expect("manifest"),
+    )
+    .expect("write");
+}
+
+fn dims_of(name: &str) -> (usize, usize) {
+    if name.ends_with("q_proj.weight") {
+        (NH * D, H)
+    } else if name.ends_with("k_proj.weight") || name.ends_with("v_proj.weight") {
+        (NKV * D, H)
+    } else if name.ends_with("o_proj.weight") {
+        (H, NH * D)
+    } else if name.ends_with("down_proj.weight") {
+        (H, F)
+    } else {
+        (F, H)
+    }
+}
+
+fn load(spec: &ModelSpec) -> (tempfile::TempDir, Model) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_pack(dir.path(), spec);
+    let pack = Pack::open(dir.path(), false).expect("open");
+    (dir, Model::load(pack).expect("load"))
+}
+
+#[test]
+fn batched_prefill_leaves_exactly_the_logits_and_kv_of_single_steps() {
+    let sp = spec(QkNorm::BeforeRope, Act::GeluTanh, true);
+    let (_d, m) = load(&sp);
+    let toks: Vec<u32> = vec![1, 5, 9, 33, 7, 7, 60, 12, 3];
+    let mut batch = m.session(32);
+    let all = m.forward(&mut batch, &toks, true).expect("batch");
+    let mut step = m.session(32);
+    let mut singles = Vec::new();
+    for &t in &toks {
+        singles.extend(m.forward(&mut step, &[t], true).expect("step"));
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&all), bits(&singles), "logits");
+    for l in 0..sp.layers.len() {
+        assert_eq!(bits(batch.keys(l)), bits(step.keys(l)), "keys of layer {l}");
+        assert_eq!(
+            bits(batch.values(l)),
+            bits(step.values(l)),
+            "values of layer {l}"
+        );
+    }
+    // Prefill then one step equals the same tokens in one batch.
+    let mut a = m.session(32);
+    m.forward(&mut a, &toks[..5], false).expect("prefix");
+    let tail = m.forward(&mut a, &toks[5..], true).expect("rest");
+    assert_eq!(bits(&tail), bits(&all[5 * V..]));
+}
+
+/// The forward pass written from the definitions in f64 on dequantized weights.
+fn reference_forward(m: &Model, sp: &ModelSpec, toks: &[u32]) -> Vec<f64> {
+    let pack = &m.pack;
+    let f64v = |name: &str| -> Vec<f64> {
+        let b = pack.bytes(name).expect(name);
+        b.chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32() as f64)
+            .collect()
+    };
+    let mat = |name: &str| -> Vec<Vec<f64>> {
+        let (rows, k) = dims_of(name);
+        let layout = TileLayout::by_name("Q41_1280").expect("layout");
+        let q = QMatrix::new(layout, rows, k, pack.bytes(name).expect(name)).expect("m");
+        let mut w = vec![0f32; k];
+        (0..rows)
+            .map(|r| {
+                q.row_reference(r, &mut w);
+                w.iter().map(|&v| v as f64).collect()
+            })
+            .collect()
+    };
+    let mv = |w: &[Vec<f64>], x: &[f64]| -> Vec<f64> {
+        w.iter()
+            .map(|r| r.iter().zip(x).map(|(a, b)| a * b).sum())
+            .collect()
+    };
+    let norm = |x: &[f64], w: &[f64]| -> Vec<f64> {
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+        let inv = 1.0 / (ms + sp.eps as f64).sqrt();
+        x.iter().zip(w).map(|(v, w)| v * inv * w).collect()
+    };
+    let rope = |v: &mut [f64], pos: usize, t: &RopeTable| {
+        let half = t.inv_freq.len();
+        for i in 0..half {
+            let a = pos as f64 * t.inv_freq[i] as f64;
+            let (x0, x1) = (v[i], v[i + half]);
+            v[i] = x0 * a.cos() - x1 * a.sin();
+            v[i + half] = x1 * a.cos() + x0 * a.sin();
+        }
+    };
+    let emb = f64v("model.embed_tokens.weight");
+    let mut xs: Vec<Vec<f64>> = toks
+        .iter()
+        .map(|&t| emb[t as usize * H..(t as usize + 1) * H].to_vec())
+        .collect();
+    for (l, ls) in sp.layers.iter().enumerate() {
+        let n = |x: &str| format!("model.layers.{l}.{x}");
+        let (wq, wk, wv, wo) = (
+            mat(&n("self_attn.q_proj.weight")),
+            mat(&n("self_attn.k_proj.weight")),
+            mat(&n("self_attn.v_proj.weight")),
+            mat(&n("self_attn.o_proj.weight")),
+        );
+        let (qn, kn) = (
+            f64v(&n("self_attn.q_norm.weight")),
+            f64v(&n("self_attn.k_norm.weight")),
+        );
+        let mut ks = Vec::new();
+        let mut vs = Vec::new();
+        let mut qs = Vec::new();
+        for (p, x) in xs.iter().enumerate() {
+            let h = norm(x, &f64v(&n("input_layernorm.weight")));
+            let (mut q, mut k, v) = (mv(&wq, &h), mv(&wk, &h), mv(&wv, &h));
+            for hh in 0..NH {
+                let mut head = norm(&q[hh * D..(hh + 1) * D], &qn);
+                rope(&mut head, p, &sp.ropes[ls.rope]);
+                q[hh * D..(hh + 1) * D].copy_from_slice(&head);
+            }
+            let mut head = norm(&k[..D], &kn);
+            rope(&mut head, p, &sp.ropes[ls.rope]);
+            k[..D].copy_from_slice(&head);
+            qs.push(q);
+            ks.push(k);
+            vs.push(v);
+        }
+        for p in 0..xs.len() {
+            let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+            let mut att = vec![0f64; NH * D];
+            for hh in 0..NH {
+                let q = &qs[p][hh * D..(hh + 1) * D];
+                let sc: Vec<f64> = (lo..=p)
+                    .map(|j| {
+                        q.iter().zip(&ks[j][..D]).map(|(a, b)| a * b).sum::<f64>()
+                            * sp.attn_scale as f64
+                    })
+                    .collect();
+                let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = sc.iter().map(|s| (s - mx).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for (j, w) in (lo..=p).zip(&e) {
+                    for i in 0..D {
+                        att[hh * D + i] += w / z * vs[j][i];
+                    }
+                }
+            }
+            let o = norm(&mv(&wo, &att), &f64v(&n("post_attention_layernorm.weight")));
+            let x: Vec<f64> = xs[p].iter().zip(&o).map(|(a, b)| a + b).collect();
+            let h = norm(&x, &f64v(&n("pre_feedforward_layernorm.weight")));
+            let g = mv(&mat(&n("mlp.gate_proj.weight")), &h);
+            let u = mv(&mat(&n("mlp.up_proj.weight")), &h);
+            let a: Vec<f64> = g
+                .iter()
+                .zip(&u)
+                .map(|(&g, &u)| {
+                    let c = (2.0 / std::f64::consts::PI).sqrt();
+                    0.5 * g * (1.0 + (c * (g + 0.044715 * g * g * g)).tanh()) * u
+                })
+                .collect();
+            let f = norm(
+                &mv(&mat(&n("mlp.down_proj.weight")), &a),
+                &f64v(&n("post_feedforward_layernorm.weight")),
+            );
+            xs[p] = x.iter().zip(&f).map(|(a, b)| a + b).collect();
+        }
+    }
+    let last = norm(&xs[xs.len() - 1], &f64v("model.norm.weight"));
+    (0..V)
+        .map(|r| {
+            emb[r * H..(r + 1) * H]
+                .iter()
+                .zip(&last)
+                .map(|(a, b)| a * b)
+                .sum::<f64>()
+                / sp.tied_head_divisor as f64
+        })
+        .collect()
+}
+
+#[test]
+fn forward_pass_matches_a_reference_written_from_the_definitions() {
+    let sp = spec(QkNorm::BeforeRope, Act::GeluTanh, true);
+    let (_d, m) = load(&sp);
+    let toks: Vec<u32> = vec![1, 4, 8, 15, 16, 23, 42];
+    let mut s = m.session(16);
+    let got = m.forward(&mut s, &toks, false).expect("forward");
+    let want = reference_forward(&m, &sp, &toks);
+    let scale = want.iter().fold(0f64, |a, &b| a.max(b.abs()));
+    for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            ((g as f64) - w).abs() <= 2e-3 * scale,
+            "logit {i}: {g} vs {w} (scale {scale})"
+        );
+    }
+    assert_eq!(
+        crate::sample::argmax(&got),
+        want.iter()
+            .enumerate()
+            .fold((0, f64::NEG_INFINITY), |b, (i, &v)| if v > b.1 {
+                (i, v)
+            } else {
+                b
+            })
+            .0 as u32
+    );
+}
+
+#[test]
+fn unverified_packs_are_refused_unless_allowed() {
+    let sp = spec(QkNorm::Off, Act::Silu, false);
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_pack(dir.path(), &sp);
+    let mpath = dir.path().join("manifest.json");
+    let mut man: Manifest =
+        serde_json::from_slice(&std::fs::read(&mpath).expect("read")).expect("json");
+    man.verification = Verification {
+        verified: false,
+        summary: "1 of 30 tensors failed: lm_head.weight".into(),
+    };
+    std::fs::write(&mpath, serde_json::to_vec(&man).expect("json")).expect("write");
+    let e = Pack::open(dir.path(), false).err().expect("refused");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("not verified") && msg.contains("lm_head.weight"),
+        "{msg}"
+    );
+    assert!(Pack::open(dir.path(), true).is_ok());
+}

@@ -1,0 +1,142 @@
+//! The element-wise and small reductions of the forward pass, written plainly: they are a small
+//! fraction of a token's time next to the matrix products.
+
+/// `out = x / rms(x) · w` over each row of width `w.len()`, in f32 (as the reference
+/// implementations compute it). Norm weights already include any `1 +` offset.
+pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let n = w.len();
+    for (row, o) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let ms = row.iter().map(|v| v * v).sum::<f32>() / n as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for ((o, &v), &wi) in o.iter_mut().zip(row).zip(w) {
+            *o = v * inv * wi;
+        }
+    }
+}
+
+/// In-place [`rmsnorm`].
+pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    let n = w.len();
+    for row in x.chunks_exact_mut(n) {
+        let ms = row.iter().map(|v| v * v).sum::<f32>() / n as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for (v, &wi) in row.iter_mut().zip(w) {
+            *v = *v * inv * wi;
+        }
+    }
+}
+
+/// Rotate-half RoPE on one head vector: pairs `(i, i + rot/2)` for `i < inv_freq.len()`,
+/// rotated by `pos·θ_i`, cos/sin scaled by `factor`. Dims past `2·inv_freq.len()` are left
+/// alone (partial rotary).
+pub fn rope(head: &mut [f32], pos: usize, inv_freq: &[f32], factor: f32) {
+    let half = inv_freq.len();
+    for (i, &f) in inv_freq.iter().enumerate() {
+        let angle = (pos as f32 * f) as f64;
+        let (s, c) = angle.sin_cos();
+        let (c, s) = (c as f32 * factor, s as f32 * factor);
+        let (a, b) = (head[i], head[i + half]);
+        head[i] = a * c - b * s;
+        head[i + half] = b * c + a * s;
+    }
+}
+
+/// x·σ(x).
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// GELU with the tanh approximation (`gelu_pytorch_tanh`).
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // √(2/π)
+    0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// Softmax in place (max-subtracted).
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Dot product.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight partial sums: lets the compiler vectorize while the order stays fixed.
+    let mut acc = [0f32; 8];
+    let chunks = a.len() / 8;
+    for i in 0..chunks {
+        for j in 0..8 {
+            acc[j] += a[i * 8 + j] * b[i * 8 + j];
+        }
+    }
+    let mut s = acc.iter().sum::<f32>();
+    for i in chunks * 8..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rmsnorm_matches_the_definition() {
+        let x = [1.0f32, -2.0, 3.0, 0.5];
+        let w = [1.0f32, 0.5, 2.0, 1.0];
+        let mut out = [0f32; 4];
+        rmsnorm(&x, &w, 1e-6, &mut out);
+        let rms = ((1.0 + 4.0 + 9.0 + 0.25) / 4.0f64 + 1e-6).sqrt();
+        for i in 0..4 {
+            let want = x[i] as f64 / rms * w[i] as f64;
+            assert!((out[i] as f64 - want).abs() < 1e-6, "{i}");
+        }
+    }
+
+    #[test]
+    fn rope_rotates_pairs_and_keeps_norms() {
+        let mut h = [1.0f32, 0.0, 0.0, 1.0, 7.0];
+        let inv = [1.0f32, 0.5];
+        rope(&mut h, 2, &inv, 1.0);
+        // pair (0, 2) rotated by 2 rad; pair (1, 3) by 1 rad; dim 4 untouched.
+        assert!((h[0] - 2f32.cos()).abs() < 1e-6 && (h[2] - 2f32.sin()).abs() < 1e-6);
+        assert!((h[1] + 1f32.sin()).abs() < 1e-6 && (h[3] - 1f32.cos()).abs() < 1e-6);
+        assert_eq!(h[4], 7.0);
+    }
+
+    #[test]
+    fn activations_match_their_formulas() {
+        assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
+        // gelu_pytorch_tanh(1.0) = 0.8411920
+        assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-6);
+        assert_eq!(gelu_tanh(0.0), 0.0);
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_orders() {
+        let mut x = [1.0f32, 2.0, 3.0, 1000.0];
+        softmax(&mut x);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(x[3] > 0.999);
+        let mut y = [0.0f32, (2.0f32).ln()];
+        softmax(&mut y);
+        assert!((y[1] - 2.0 / 3.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn dot_handles_tails() {
+        let a: Vec<f32> = (0..19).map(|i| i as f32).collect();
+        let want: f32 = a.iter().map(|v| v * v).sum();
+        assert_eq!(dot(&a, &a), want);
+    }
+}

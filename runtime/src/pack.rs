@@ -1,0 +1,213 @@
+//! The verified-pack format: a folder the re-pack stage writes and the runtime maps.
+//!
+//! ```text
+//! manifest.json        format, version, ModelSpec, tensor table, provenance, verification verdict
+//! model.q4nx           the NPU tiles, byte for byte as fetched (the host kernels read them too)
+//! tokenizer.json       Hugging Face tokenizer
+//! chat_template.jinja  the chat template (when the repository has one)
+//! ```
+//!
+//! Loading is a memory map of `model.q4nx`, never a copy. A pack whose verification did not pass
+//! is refused unless the caller allows it explicitly, and the refusal says why.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, IoContext, Result};
+use crate::spec::ModelSpec;
+
+/// `format` of a manifest.
+pub const FORMAT: &str = "onebit-pack";
+/// The manifest version this runtime reads.
+pub const VERSION: u32 = 1;
+
+/// One tensor as the manifest describes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorEntry {
+    /// Tile kind (`Q41_1280`, …) or plain dtype (`BF16`, `F32`).
+    pub kind: String,
+    /// Logical rows (1 for vectors).
+    pub rows: u64,
+    /// Logical columns.
+    pub k: u64,
+}
+
+/// Where the pack came from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// `ORG/NAME` or `local/<folder>`.
+    pub source: String,
+    /// Hub revision (commit), when fetched.
+    pub revision: Option<String>,
+    /// blake3 of each source file.
+    pub files: BTreeMap<String, String>,
+    /// Store key of every stage that produced an input.
+    pub stage_keys: BTreeMap<String, String>,
+    /// The GGUF the pack was verified against.
+    pub reference: Option<String>,
+}
+
+/// The verification verdict carried into the pack.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Verification {
+    /// Whether every tensor passed.
+    pub verified: bool,
+    /// One line: what passed, what failed and why.
+    pub summary: String,
+}
+
+/// `manifest.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Manifest version.
+    pub version: u32,
+    /// The model as the forward pass runs it.
+    pub model: ModelSpec,
+    /// Tensors by name.
+    pub tensors: BTreeMap<String, TensorEntry>,
+    /// Provenance.
+    pub provenance: Provenance,
+    /// Verification verdict.
+    pub verification: Verification,
+    /// The chat template text (inline), if the repository has one.
+    pub chat_template: Option<String>,
+    /// Every derived decision with its source.
+    pub decisions: Vec<String>,
+}
+
+/// A tensor's place in the mapped file.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    /// safetensors dtype.
+    pub dtype: String,
+    /// Declared shape.
+    pub shape: Vec<u64>,
+    /// Byte range in the file.
+    pub range: std::ops::Range<usize>,
+}
+
+/// An opened pack.
+pub struct Pack {
+    /// The folder.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest: Manifest,
+    mmap: Arc<Mmap>,
+    stored: BTreeMap<String, Stored>,
+}
+
+impl Pack {
+    /// Opens `dir`; refuses an unverified pack unless `allow_unverified`.
+    pub fn open(dir: &Path, allow_unverified: bool) -> Result<Pack> {
+        let mpath = dir.join("manifest.json");
+        let text = std::fs::read(&mpath).at("read", &mpath)?;
+        let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| Error::Pack {
+            pack: dir.to_path_buf(),
+            what: format!("manifest.json: {e}"),
+        })?;
+        if manifest.format != FORMAT || manifest.version != VERSION {
+            return Err(Error::Pack {
+                pack: dir.to_path_buf(),
+                what: format!(
+                    "manifest is {} v{}, this runtime reads {FORMAT} v{VERSION}",
+                    manifest.format, manifest.version
+                ),
+            });
+        }
+        if !manifest.verification.verified && !allow_unverified {
+            return Err(Error::Refused {
+                pack: dir.to_path_buf(),
+                reason: format!(
+                    "it is not verified ({}); pass --allow-unverified to run it anyway",
+                    manifest.verification.summary
+                ),
+            });
+        }
+        let wpath = dir.join("model.q4nx");
+        let file = std::fs::File::open(&wpath).at("open", &wpath)?;
+        // SAFETY: read-only map of a store entry that is never written after it is published
+        // (entries are replaced by rename, which leaves this mapping intact).
+        let mmap = unsafe { Mmap::map(&file) }.at("mmap", &wpath)?;
+        let stored = parse_header(dir, &mmap)?;
+        Ok(Pack {
+            dir: dir.to_path_buf(),
+            manifest,
+            mmap: Arc::new(mmap),
+            stored,
+        })
+    }
+
+    /// The stored tensor `name`.
+    pub fn stored(&self, name: &str) -> Option<&Stored> {
+        self.stored.get(name)
+    }
+
+    /// The bytes of `name`.
+    pub fn bytes(&self, name: &str) -> Option<&[u8]> {
+        self.stored.get(name).map(|s| &self.mmap[s.range.clone()])
+    }
+
+    /// The whole mapped file.
+    pub fn map(&self) -> &Arc<Mmap> {
+        &self.mmap
+    }
+
+    /// The tokenizer file.
+    pub fn tokenizer_path(&self) -> PathBuf {
+        self.dir.join("tokenizer.json")
+    }
+}
+
+fn parse_header(dir: &Path, b: &[u8]) -> Result<BTreeMap<String, Stored>> {
+    let bad = |what: String| Error::Pack {
+        pack: dir.to_path_buf(),
+        what: format!("model.q4nx: {what}"),
+    };
+    if b.len() < 8 {
+        return Err(bad("shorter than its header length".into()));
+    }
+    let mut n8 = [0u8; 8];
+    n8.copy_from_slice(&b[..8]);
+    let n = u64::from_le_bytes(n8) as usize;
+    if n > b.len() - 8 {
+        return Err(bad(format!("header of {n} bytes runs past the file")));
+    }
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&b[8..8 + n]).map_err(|e| bad(format!("header JSON: {e}")))?;
+    let start = 8 + n;
+    let mut out = BTreeMap::new();
+    for (name, v) in header {
+        if name == "__metadata__" {
+            continue;
+        }
+        let dtype = v["dtype"].as_str().unwrap_or_default().to_string();
+        let shape: Vec<u64> = v["shape"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+            .unwrap_or_default();
+        let off: Vec<u64> = v["data_offsets"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
+            .unwrap_or_default();
+        if off.len() != 2 || off[0] > off[1] || start as u64 + off[1] > b.len() as u64 {
+            return Err(bad(format!(
+                "{name}: data_offsets {off:?} outside the file"
+            )));
+        }
+        out.insert(
+            name,
+            Stored {
+                dtype,
+                shape,
+                range: start + off[0] as usize..start + off[1] as usize,
+            },
+        );
+    }
+    Ok(out)
+}

@@ -1,0 +1,315 @@
+//! `onebit-pipe generate` and `onebit-pipe chat`: run a verified pack on the host CPU, streaming
+//! tokens to the terminal and reporting time to first token and tokens/s.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use onebit_runtime::generate::{Prompt, Request, generate};
+use onebit_runtime::sample::SamplerConfig;
+use onebit_runtime::text::{Message, Text};
+use onebit_runtime::{Model, Pack};
+
+use super::Global;
+
+/// Where the pack comes from: an imported repository (imported now if needed) or a pack folder.
+#[derive(Args, Debug, Clone)]
+pub struct PackSource {
+    /// A Hugging Face repository, imported (fetch → … → repack) before running.
+    #[arg(long, value_name = "ORG/NAME", conflicts_with_all = ["path", "pack"])]
+    pub repo: Option<String>,
+    /// Branch, tag or commit of --repo.
+    #[arg(long, default_value = "main")]
+    pub revision: String,
+    /// The hub (URL) or an offline mirror (DIR) for --repo.
+    #[arg(long, value_name = "URL|DIR")]
+    pub endpoint: Option<String>,
+    /// A local repository folder, imported before running.
+    #[arg(long, value_name = "DIR", conflicts_with = "pack")]
+    pub path: Option<PathBuf>,
+    /// The GGUF reference for verification when importing.
+    #[arg(long, value_name = "GGUF|ORG/NAME:FILE")]
+    pub reference: Option<PathBuf>,
+    /// A verified pack folder (the repack stage's output).
+    #[arg(long, value_name = "DIR")]
+    pub pack: Option<PathBuf>,
+    /// Run a pack whose verification did not pass.
+    #[arg(long)]
+    pub allow_unverified: bool,
+}
+
+impl PackSource {
+    /// The pack folder: `--pack`, or the repack output of importing `--repo`/`--path`.
+    pub fn resolve(&self, g: &Global) -> anyhow::Result<PathBuf> {
+        if let Some(p) = &self.pack {
+            return Ok(p.clone());
+        }
+        let a = super::run::RunArgs {
+            repo: self.repo.clone(),
+            revision: self.revision.clone(),
+            endpoint: self.endpoint.clone(),
+            downloads: 4,
+            path: self.path.clone(),
+            reference: self.reference.clone(),
+            demo: false,
+            demo_bytes: 0,
+            demo_version: 1,
+            demo_delay_ms: 0,
+            jobs: None,
+            deep: false,
+        };
+        let (report, name) = super::run::import(g, &a)?;
+        report.artifact("repack", "pack").cloned().with_context(|| {
+            format!("{name}: the import made no pack (it needs config.json and tokenizer.json)")
+        })
+    }
+
+    /// Opens and loads the pack, refusing an unverified one unless allowed.
+    pub fn load(&self, g: &Global) -> anyhow::Result<(Model, Text)> {
+        let dir = self.resolve(g)?;
+        let pack = Pack::open(&dir, self.allow_unverified).map_err(refusal)?;
+        let template = pack.manifest.chat_template.clone();
+        let tok = pack.tokenizer_path();
+        let model = Model::load(pack).map_err(refusal)?;
+        let check = model.self_check().map_err(refusal)?;
+        tracing::info!(
+            path = check.path,
+            matrices = check.matrices,
+            max_rel = check.max_rel,
+            "kernel self-check passed"
+        );
+        let text = Text::load(&tok, template)?
+            .with_special(model.spec.bos, model.spec.eos.first().copied());
+        Ok((model, text))
+    }
+}
+
+fn refusal(e: onebit_runtime::Error) -> anyhow::Error {
+    match e {
+        onebit_runtime::Error::Refused { .. } => anyhow::Error::new(super::Refused(e.to_string())),
+        other => anyhow::Error::new(other),
+    }
+}
+
+/// Sampling options shared by `generate` and `chat`.
+#[derive(Args, Debug, Clone)]
+pub struct SampleArgs {
+    /// Most tokens to generate.
+    #[arg(long, short = 'n', default_value_t = 128)]
+    pub max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the k most likely tokens (0 = all).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus sampling threshold.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Repetition penalty (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// RNG seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop strings (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Context size in tokens [default: min(model context, 4096)].
+    #[arg(long)]
+    pub ctx_size: Option<usize>,
+    /// Worker threads [default: all cores].
+    #[arg(long, short = 't')]
+    pub threads: Option<usize>,
+}
+
+impl SampleArgs {
+    fn sampler(&self) -> SamplerConfig {
+        SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            repetition_penalty: self.repeat_penalty,
+            seed: self.seed,
+        }
+    }
+
+    fn apply_threads(&self) {
+        if let Some(t) = self.threads {
+            // Fails only if the pool is already built, in which case it keeps its size.
+            let _ = rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build_global();
+        }
+    }
+
+    fn ctx(&self, model: &Model) -> usize {
+        self.ctx_size.unwrap_or(model.spec.context.min(4096))
+    }
+}
+
+/// Arguments of `generate`.
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// The pack.
+    #[command(flatten)]
+    pub source: PackSource,
+    /// The prompt.
+    #[arg(long, short)]
+    pub prompt: String,
+    /// Send the prompt as one user message through the chat template.
+    #[arg(long)]
+    pub chat: bool,
+    /// A system message (with --chat).
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
+    /// Sampling.
+    #[command(flatten)]
+    pub sample: SampleArgs,
+}
+
+/// Completes one prompt, streaming to stdout; statistics go to stderr (or JSON with --json).
+pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
+    a.sample.apply_threads();
+    let (model, text) = a.source.load(g)?;
+    let prompt = if a.chat {
+        let mut m = Vec::new();
+        if let Some(s) = &a.system {
+            m.push(Message {
+                role: "system".into(),
+                content: s.clone(),
+            });
+        }
+        m.push(Message {
+            role: "user".into(),
+            content: a.prompt.clone(),
+        });
+        Prompt::Chat(m)
+    } else {
+        Prompt::Text(a.prompt.clone())
+    };
+    let req = Request {
+        prompt,
+        max_tokens: a.sample.max_tokens,
+        sampler: a.sample.sampler(),
+        stop: a.sample.stop.clone(),
+    };
+    let mut session = model.session(a.sample.ctx(&model));
+    let stream = !g.json;
+    let mut stdout = std::io::stdout();
+    let out = generate(&model, &text, &mut session, &req, |piece| {
+        if stream {
+            let _ = write!(stdout, "{piece}");
+            let _ = stdout.flush();
+        }
+        true
+    })?;
+    if g.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "text": out.text, "tokens": out.tokens, "prompt_tokens": out.prompt_tokens,
+                "finish_reason": out.finish.as_str(),
+                "time_to_first_token_ms": out.time_to_first_token.as_secs_f64() * 1e3,
+                "prefill_tokens_per_s": out.prefill_tps(), "decode_tokens_per_s": out.decode_tps(),
+                "kernel": model.kernel_path().name(),
+            })
+        );
+    } else {
+        println!();
+        if !g.quiet {
+            eprintln!(
+                "[{} prompt tokens, first token {:.0} ms ({:.1} tok/s prefill); {} tokens at {:.1} tok/s; finish: {}; kernel {}, {} threads]",
+                out.prompt_tokens,
+                out.time_to_first_token.as_secs_f64() * 1e3,
+                out.prefill_tps(),
+                out.tokens.len(),
+                out.decode_tps(),
+                out.finish.as_str(),
+                model.kernel_path().name(),
+                rayon::current_num_threads()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `chat`.
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    /// The pack.
+    #[command(flatten)]
+    pub source: PackSource,
+    /// A system message.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Sampling.
+    #[command(flatten)]
+    pub sample: SampleArgs,
+}
+
+/// An interactive chat: each line is a user turn; the conversation goes through the template.
+pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
+    a.sample.apply_threads();
+    let (model, text) = a.source.load(g)?;
+    if !text.has_template() {
+        anyhow::bail!("this pack has no chat template; use `onebit-pipe generate --prompt`");
+    }
+    let mut messages = Vec::new();
+    if let Some(s) = &a.system {
+        messages.push(Message {
+            role: "system".into(),
+            content: s.clone(),
+        });
+    }
+    let mut session = model.session(a.sample.ctx(&model));
+    let mut rl = rustyline::DefaultEditor::new()?;
+    loop {
+        let line = match rl.readline("> ") {
+            Ok(l) => l,
+            Err(rustyline::error::ReadlineError::Interrupted)
+            | Err(rustyline::error::ReadlineError::Eof) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "/exit" || line == "/quit" {
+            break;
+        }
+        let _ = rl.add_history_entry(line);
+        messages.push(Message {
+            role: "user".into(),
+            content: line.to_string(),
+        });
+        let req = Request {
+            prompt: Prompt::Chat(messages.clone()),
+            max_tokens: a.sample.max_tokens,
+            sampler: a.sample.sampler(),
+            stop: a.sample.stop.clone(),
+        };
+        let mut stdout = std::io::stdout();
+        let out = generate(&model, &text, &mut session, &req, |piece| {
+            let _ = write!(stdout, "{piece}");
+            let _ = stdout.flush();
+            true
+        })?;
+        println!();
+        if !g.quiet {
+            eprintln!(
+                "[first token {:.0} ms; {} tokens at {:.1} tok/s]",
+                out.time_to_first_token.as_secs_f64() * 1e3,
+                out.tokens.len(),
+                out.decode_tps()
+            );
+        }
+        messages.push(Message {
+            role: "assistant".into(),
+            content: out.text,
+        });
+    }
+    Ok(ExitCode::SUCCESS)
+}
