@@ -218,3 +218,56 @@ mod tests {
         assert_eq!(held_back("Paris.", &stops), 0);
     }
 }
+
+/// Teacher-forced evaluation of a token sequence, as llama.cpp's `perplexity` tool scores it:
+/// the tokens are cut into chunks of `ctx`, each chunk's first token replaced by BOS, and the
+/// negative log-likelihood summed over the second half of each chunk.
+#[derive(Clone, Debug, Default)]
+pub struct Evaluation {
+    /// Tokens scored.
+    pub scored: usize,
+    /// Σ −log p(token) over the scored tokens.
+    pub nll: f64,
+    /// The model's top-1 after every position of every chunk (teacher-forced).
+    pub argmax: Vec<u32>,
+    /// Whether that top-1 equals the next token, over the scored positions.
+    pub top1_hits: usize,
+}
+
+impl Evaluation {
+    /// exp(mean NLL).
+    pub fn perplexity(&self) -> f64 {
+        (self.nll / self.scored.max(1) as f64).exp()
+    }
+}
+
+/// Evaluates `ids` in chunks of `ctx` tokens (see [`Evaluation`]).
+pub fn evaluate(model: &Model, ids: &[u32], ctx: usize) -> Result<Evaluation> {
+    let mut ev = Evaluation::default();
+    let mut session = model.session(ctx);
+    for chunk in ids.chunks(ctx).filter(|c| c.len() == ctx) {
+        let mut toks = chunk.to_vec();
+        if let Some(b) = model.spec.bos {
+            toks[0] = b;
+        }
+        session.truncate(0);
+        let logits = model.forward(&mut session, &toks, true)?;
+        let v = model.spec.vocab;
+        for i in 0..ctx - 1 {
+            let row = &logits[i * v..(i + 1) * v];
+            let best = crate::sample::argmax(row);
+            ev.argmax.push(best);
+            if i >= ctx / 2 {
+                let max = row[best as usize] as f64;
+                let z: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
+                let target = chunk[i + 1] as usize;
+                ev.nll += z.ln() + max - row[target] as f64;
+                ev.scored += 1;
+                if best as usize == target {
+                    ev.top1_hits += 1;
+                }
+            }
+        }
+    }
+    Ok(ev)
+}

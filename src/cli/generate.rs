@@ -313,3 +313,71 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Arguments of `eval`.
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// The pack.
+    #[command(flatten)]
+    pub source: PackSource,
+    /// A text file to score (tokenized whole, BOS per chunk).
+    #[arg(long, value_name = "FILE", conflicts_with = "ids")]
+    pub file: Option<PathBuf>,
+    /// Token ids as a JSON list, scored as one sequence (no BOS replacement when it fits one chunk).
+    #[arg(long, value_name = "JSON")]
+    pub ids: Option<String>,
+    /// Chunk length in tokens.
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+    /// Worker threads [default: all cores].
+    #[arg(long, short = 't')]
+    pub threads: Option<usize>,
+}
+
+/// Perplexity and teacher-forced top-1 (llama.cpp `perplexity` chunking), printed as one JSON
+/// object with the per-position argmax for comparisons with other runtimes.
+pub fn eval(g: &Global, a: EvalArgs) -> anyhow::Result<ExitCode> {
+    if let Some(t) = a.threads {
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global();
+    }
+    let (model, text) = a.source.load(g)?;
+    let (ids, ctx) = match (&a.file, &a.ids) {
+        (Some(f), _) => {
+            let s = std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?;
+            (text.encode(&s, false)?, a.ctx)
+        }
+        (None, Some(j)) => {
+            let ids: Vec<u32> = serde_json::from_str(j).context("--ids: a JSON list of ids")?;
+            let n = ids.len();
+            (ids, n)
+        }
+        (None, None) => anyhow::bail!("give --file FILE or --ids JSON"),
+    };
+    let t0 = std::time::Instant::now();
+    let ev = onebit_runtime::generate::evaluate(&model, &ids, ctx)?;
+    let secs = t0.elapsed().as_secs_f64();
+    // For --ids, the first logits after the sequence, to compare numbers with other runtimes.
+    let logits_head: Vec<f32> = if a.ids.is_some() {
+        let mut s = model.session(ids.len());
+        model
+            .forward(&mut s, &ids, false)?
+            .into_iter()
+            .take(16)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    println!(
+        "{}",
+        serde_json::json!({
+            "tokens": ids.len(), "ctx": ctx, "chunks": ids.len() / ctx.max(1),
+            "scored": ev.scored, "perplexity": ev.perplexity(),
+            "top1_next_token": ev.top1_hits as f64 / ev.scored.max(1) as f64,
+            "argmax": ev.argmax, "seconds": secs, "logits_last_head": logits_head,
+            "tokens_per_s": (ids.len() / ctx.max(1) * ctx) as f64 / secs,
+        })
+    );
+    Ok(ExitCode::SUCCESS)
+}

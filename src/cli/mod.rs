@@ -98,6 +98,8 @@ pub enum Command {
     Generate(generate::GenerateArgs),
     /// Chat with a verified pack on the host CPU.
     Chat(generate::ChatArgs),
+    /// Perplexity and teacher-forced top-1 of a pack on a text (llama.cpp `perplexity` chunking).
+    Eval(generate::EvalArgs),
     /// Convert a GGUF into a FastFlowLM NPU2 repository folder.
     Convert(convert::ConvertArgs),
     /// Serve verified packs over an OpenAI-compatible HTTP API.
@@ -114,6 +116,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sql(a) => sql::exec(&cli.global, a),
         Command::Generate(a) => generate::exec(&cli.global, a),
         Command::Chat(a) => generate::chat(&cli.global, a),
+        Command::Eval(a) => generate::eval(&cli.global, a),
         Command::Convert(a) => convert::exec(&cli.global, a),
         Command::Serve(a) => unbuilt::serve(&cli.global, a),
     }

@@ -156,41 +156,71 @@ fn codes_q41(x: &[f32], d: f32, m: f32) -> ([u8; 32], f32) {
     (q, err)
 }
 
+/// Clipping steps tried at each end of the block's range (in 1/48ths of the range).
+const CLIP_STEPS: usize = 4;
+
 fn quantize_q41(x: &[f32]) -> Group {
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
     for &v in x {
         lo = lo.min(v);
         hi = hi.max(v);
     }
-    let (mut db, mut d) = bf((hi - lo) / 15.0);
-    let (mut mb, mut m) = bf(lo);
-    let (mut q, mut err) = codes_q41(x, d, m);
-    for _ in 0..2 {
-        // Least squares for w ≈ d·q + m with the codes fixed.
-        let n = 32.0f32;
-        let (mut sq, mut sqq, mut sx, mut sqx) = (0f32, 0f32, 0f32, 0f32);
-        for (j, &v) in x.iter().enumerate() {
-            let c = q[j] as f32;
-            sq += c;
-            sqq += c * c;
-            sx += v;
-            sqx += c * v;
-        }
-        let det = n * sqq - sq * sq;
-        if det <= 0.0 {
-            break;
-        }
-        let (nd, ndv) = bf((n * sqx - sq * sx) / det);
-        let (nm, nmv) = bf((sx - ndv * sq) / n);
-        let (nq, nerr) = codes_q41(x, ndv, nmv);
-        if nerr < err {
-            (db, d, mb, m, q, err) = (nd, ndv, nm, nmv, nq, nerr);
-        } else {
-            break;
+    let range = hi - lo;
+    let mut best: Option<(f32, Group)> = None;
+    // Search clipped ranges (as ggml's make_qkx2_quants does for Q4_K): the extremes of a
+    // Gaussian block cost more as coarser steps than they gain when clipped. Each candidate is
+    // refit by least squares for its codes and scored with the bf16 values it will be stored as.
+    for a in 0..CLIP_STEPS {
+        for b in 0..CLIP_STEPS {
+            let l = lo + range * a as f32 / 48.0;
+            let h = hi - range * b as f32 / 48.0;
+            let (db, d) = bf((h - l) / 15.0);
+            let (mb, m) = bf(l);
+            let (q, err) = codes_q41(x, d, m);
+            let mut cand = (err, Group { d: db, m: mb, q });
+            if let Some(refit) = refit_q41(x, &q) {
+                if refit.0 < cand.0 {
+                    cand = refit;
+                }
+            }
+            if best.as_ref().is_none_or(|b| cand.0 < b.0) {
+                best = Some(cand);
+            }
         }
     }
-    let _ = (d, m);
-    Group { d: db, m: mb, q }
+    best.map(|b| b.1).unwrap_or(Group {
+        d: 0,
+        m: bf(lo).0,
+        q: [0; 32],
+    })
+}
+
+/// Least squares (d, m) for fixed codes, rounded to bf16, codes recomputed: (error, group).
+fn refit_q41(x: &[f32], q: &[u8; 32]) -> Option<(f32, Group)> {
+    let n = 32.0f32;
+    let (mut sq, mut sqq, mut sx, mut sqx) = (0f32, 0f32, 0f32, 0f32);
+    for (j, &v) in x.iter().enumerate() {
+        let c = q[j] as f32;
+        sq += c;
+        sqq += c * c;
+        sx += v;
+        sqx += c * v;
+    }
+    let det = n * sqq - sq * sq;
+    if det <= 0.0 {
+        return None;
+    }
+    let (nd, ndv) = bf((n * sqx - sq * sx) / det);
+    let (nm, nmv) = bf((sx - ndv * sq) / n);
+    let (nq, nerr) = codes_q41(x, ndv, nmv);
+    Some((
+        nerr,
+        Group {
+            d: nd,
+            m: nm,
+            q: nq,
+        },
+    ))
 }
 
 fn quantize_q40(x: &[f32]) -> Group {
