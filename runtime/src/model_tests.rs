@@ -149,7 +149,7 @@ fn write_pack(dir: &std::path::Path, spec: &ModelSpec) {
         );
     }
     let mut h = serde_json::to_vec(&header).expect("header");
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut f = std::fs::File::create(dir.join("model.q4nx")).expect("create");
@@ -397,7 +397,7 @@ fn unverified_packs_are_refused_unless_allowed() {
         summary: "1 of 30 tensors failed: lm_head.weight".into(),
     };
     std::fs::write(&mpath, serde_json::to_vec(&man).expect("json")).expect("write");
-    let e = Pack::open(dir.path(), false).err().expect("refused");
+    let e = Pack::open(dir.path(), false).expect_err("refused");
     let msg = e.to_string();
     assert!(
         msg.contains("not verified") && msg.contains("lm_head.weight"),

@@ -93,6 +93,7 @@ pub struct Stored {
 }
 
 /// An opened pack.
+#[derive(Debug)]
 pub struct Pack {
     /// The folder.
     pub dir: PathBuf,

@@ -97,10 +97,30 @@ pub fn detect_pack(
     container: &Container,
     geometry: Option<&Geometry>,
 ) -> Result<Vec<TensorLayout>> {
+    detect_pack_with(container, geometry, None)
+}
+
+/// A GGUF of the same model, for deciding readings no byte and no in-pack reference can
+/// (q4nx-format §3 step 6): the reading that correlates with the GGUF twin wins.
+pub struct Reference<'a> {
+    /// The GGUF.
+    pub gguf: &'a crate::gguf::GgufFile,
+    /// Its architecture (name map family).
+    pub arch: String,
+    /// Dimensions for the name map.
+    pub dims: crate::gguf::names::MapDims,
+}
+
+/// [`detect_pack`] with an optional GGUF reference for data decisions.
+pub fn detect_pack_with(
+    container: &Container,
+    geometry: Option<&Geometry>,
+    reference: Option<&Reference<'_>>,
+) -> Result<Vec<TensorLayout>> {
     let mut layouts = Vec::new();
     let mut refusals = Vec::new();
     for t in container.tensors() {
-        match detect_tensor(container, t, geometry) {
+        match detect_tensor_with(container, t, geometry, reference) {
             Ok(l) => layouts.push(l),
             Err(reason) => refusals.push(format!("{}: {reason}", t.name)),
         }
@@ -132,6 +152,16 @@ pub fn detect_tensor(
     container: &Container,
     t: &TensorInfo,
     geometry: Option<&Geometry>,
+) -> std::result::Result<TensorLayout, String> {
+    detect_tensor_with(container, t, geometry, None)
+}
+
+/// [`detect_tensor`] with an optional GGUF reference.
+pub fn detect_tensor_with(
+    container: &Container,
+    t: &TensorInfo,
+    geometry: Option<&Geometry>,
+    reference: Option<&Reference<'_>>,
 ) -> std::result::Result<TensorLayout, String> {
     let (role, layer) = role_of(&t.name);
     let base = |layout: Layout, rows: u64, k: u64, decision: String| TensorLayout {
@@ -284,7 +314,15 @@ pub fn detect_tensor(
         )?;
         chosen
     } else if fitting.iter().all(|(k, ..)| k.bytes() == 8704) {
-        decide_8704(container, t, data, &fitting, &mut why, &mut readings)?
+        decide_8704(
+            container,
+            t,
+            data,
+            &fitting,
+            reference,
+            &mut why,
+            &mut readings,
+        )?
     } else {
         return Err(format!(
             "{} readings fit and no rule separates them",
@@ -505,6 +543,57 @@ fn tie_readings(
     Ok(Some(readings))
 }
 
+/// Each candidate reading of the first row blocks against the GGUF twin (row map and scale
+/// applied); `None` when the GGUF has no twin for this tensor.
+fn gguf_readings(
+    t: &TensorInfo,
+    data: &[u8],
+    fitting: &[Fit],
+    r: &Reference<'_>,
+) -> std::result::Result<Option<Vec<Reading>>, String> {
+    let g = r.gguf;
+    let Some(twin) = crate::gguf::names::twin(&r.arch, &t.name, r.dims, |n| g.tensor(n).is_some())
+    else {
+        return Ok(None);
+    };
+    let Some(src) = g.tensor(&twin.gguf) else {
+        return Ok(None);
+    };
+    let k = src.row_len() as usize;
+    let mut readings = Vec::new();
+    let mut row = Vec::new();
+    for &(kind, rb, ct) in fitting {
+        let reader =
+            TiledReader::new(data, kind, rb as usize, ct as usize).map_err(|e| e.to_string())?;
+        let blocks = (rb as usize).min(4);
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        let kp = reader.padded_k();
+        for b in 0..blocks {
+            reader.decode_row_block(b, &mut out, &mut scratch);
+            for rr in 0..kind.rows() {
+                let pr = (b * kind.rows() + rr) as u64;
+                if pr >= src.rows() {
+                    break;
+                }
+                let gr = twin.rows.gguf_row(pr);
+                g.rows_f32(src, gr, gr + 1, &mut row)
+                    .map_err(|e| e.to_string())?;
+                for c in 0..k.min(kp) {
+                    ours.push(out[rr * kp + c]);
+                    theirs.push(row[c] * twin.scale.unwrap_or(1.0));
+                }
+            }
+        }
+        readings.push(Reading {
+            kind,
+            test: format!("vs GGUF {} ({}), {blocks} row blocks", twin.gguf, src.ty),
+            corr: pearson(&ours, &theirs),
+        });
+    }
+    Ok(Some(readings))
+}
+
 /// Orders readings best first and lists them for messages.
 fn ranked(readings: &[Reading]) -> (Vec<Reading>, String) {
     let mut sorted = readings.to_vec();
@@ -524,10 +613,18 @@ fn decide_8704(
     t: &TensorInfo,
     data: &[u8],
     fitting: &[Fit],
+    reference: Option<&Reference<'_>>,
     why: &mut Vec<String>,
     readings: &mut Vec<Reading>,
 ) -> std::result::Result<Fit, String> {
-    let Some(found) = tie_readings(container, t, data, fitting)? else {
+    let found = match tie_readings(container, t, data, fitting)? {
+        Some(f) => Some(f),
+        None => match reference {
+            Some(r) => gguf_readings(t, data, fitting, r)?,
+            None => None,
+        },
+    };
+    let Some(found) = found else {
         return Err(format!(
             "8704-byte tiles admit {} and no in-pack reference decides between them; supply a GGUF of this model",
             fitting

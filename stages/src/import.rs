@@ -14,7 +14,7 @@ use onebit_pipeline::{Graph, Input, Stage, StageContext, StageError};
 use crate::dequant::{
     block_stats_table, tensor_stats, tensor_stats_table, tensors_table, write_parquet,
 };
-use crate::detect::{TensorLayout, detect_pack};
+use crate::detect::{Reference, TensorLayout, detect_pack_with};
 use crate::error::{Error, Result};
 use crate::geometry::Geometry;
 use crate::gguf::GgufFile;
@@ -55,11 +55,13 @@ pub struct DetectStage {
     extra: Vec<Input>,
     model: PathBuf,
     config: Option<PathBuf>,
+    reference: Option<PathBuf>,
 }
 
 impl DetectStage {
     /// Bumped whenever the decisions written for the same input can change.
-    pub const VERSION: u32 = 1;
+    /// v2: a GGUF reference decides readings no byte and no in-pack test can.
+    pub const VERSION: u32 = 2;
 }
 
 impl Stage for DetectStage {
@@ -74,6 +76,9 @@ impl Stage for DetectStage {
         if let Some(c) = &self.config {
             v.push(Input::external("config", c));
         }
+        if let Some(r) = &self.reference {
+            v.push(Input::external("reference", r));
+        }
         v.extend(self.extra.iter().cloned());
         v
     }
@@ -86,7 +91,12 @@ impl Stage for DetectStage {
             Some(_) => Some(Geometry::from_file(ctx.input("config")?)?),
             None => None,
         };
-        let layouts = detect_pack(&container, geometry.as_ref())?;
+        let gguf = match &self.reference {
+            Some(_) => Some(GgufFile::open(ctx.input("reference")?)?),
+            None => None,
+        };
+        let reference = gguf.as_ref().map(|g| reference_of(g, geometry.as_ref()));
+        let layouts = detect_pack_with(&container, geometry.as_ref(), reference.as_ref())?;
         for l in &layouts {
             tracing::debug!(tensor = %l.name, decision = %l.decision);
         }
@@ -244,6 +254,34 @@ impl Stage for VerifyStage {
         )?;
         tracing::info!(verdict = %verdict.summary);
         Ok(())
+    }
+}
+
+/// The detect stage's view of a GGUF reference: its architecture and the name-map dimensions.
+fn reference_of<'a>(g: &'a GgufFile, geometry: Option<&Geometry>) -> Reference<'a> {
+    let arch = g.architecture().unwrap_or_default().to_string();
+    let meta = |key: &str| g.meta(&format!("{arch}.{key}")).and_then(|v| v.as_u64());
+    let hidden = geometry
+        .map(|x| x.hidden)
+        .or_else(|| meta("embedding_length"))
+        .unwrap_or(0);
+    let heads = geometry
+        .map(|x| x.heads)
+        .or_else(|| meta("attention.head_count"))
+        .unwrap_or(1);
+    let head_dim = geometry
+        .map(|x| x.head_dim)
+        .or_else(|| meta("attention.key_length"))
+        .unwrap_or(hidden / heads.max(1));
+    Reference {
+        gguf: g,
+        dims: MapDims {
+            hidden,
+            heads,
+            rope_dim: meta("rope.dimension_count").unwrap_or(head_dim),
+            head_dim,
+        },
+        arch,
     }
 }
 
@@ -423,6 +461,7 @@ pub fn import_graph(source: &ImportSource) -> Result<Graph> {
         extra: extra.clone(),
         model: model.clone(),
         config: config.clone(),
+        reference: source.reference.clone(),
     }));
     stages.push(Arc::new(DequantStage {
         extra: extra.clone(),

@@ -179,9 +179,7 @@ fn every_tile_choice_verifies_against_the_source() {
     );
     let c = Container::open(&out.join("model.q4nx")).expect("open");
     let g = Geometry::from_file(&out.join("config.json")).expect("config");
-    let e = detect_pack(&c, Some(&g))
-        .err()
-        .expect("undecidable without a reference");
+    let e = detect_pack(&c, Some(&g)).expect_err("undecidable without a reference");
     assert!(e.to_string().contains("Q8L_8704 and Q8C_8704"), "{e}");
 }
 
@@ -221,8 +219,7 @@ fn unknown_families_and_full_folders_are_refused_by_name() {
             family: None,
         },
     )
-    .err()
-    .expect("qwen35 is not converted");
+    .expect_err("qwen35 is not converted");
     let msg = e.to_string();
     assert!(
         msg.contains("general.architecture") && msg.contains("qwen35"),
@@ -238,8 +235,7 @@ fn unknown_families_and_full_folders_are_refused_by_name() {
             family: None,
         },
     )
-    .err()
-    .expect("non-empty folder");
+    .expect_err("non-empty folder");
     assert!(e.to_string().contains("not empty"), "{e}");
     assert_eq!(
         std::fs::read_to_string(out.join("keep.txt")).expect("kept"),

@@ -36,7 +36,29 @@ def main():
     sp = SentencePieceProcessor()
     sp.LoadFromSerializedProto(m.SerializeToString())
     text = open(sys.argv[2], encoding="utf-8").read()
-    print(json.dumps(sp.EncodeAsIds(text)))
+    # Control and user-defined pieces are matched on the raw text first (longest match), as
+    # llama.cpp's tokenizer and Hugging Face's added tokens do; SentencePiece's own normalizer
+    # escapes spaces before its user-defined matcher, which would make Gemma's whitespace-run
+    # pieces ("  " … 30 spaces, ids 138-165) unreachable. The rest goes through SentencePiece.
+    special = sorted(
+        ((t, i) for i, (t, ty) in enumerate(zip(tokens, types)) if int(ty) in (3, 4) and t),
+        key=lambda p: -len(p[0]),
+    )
+    ids, plain, i = [], "", 0
+    while i < len(text):
+        hit = next(((t, tid) for t, tid in special if text.startswith(t, i)), None)
+        if hit is None:
+            plain += text[i]
+            i += 1
+            continue
+        if plain:
+            ids += sp.EncodeAsIds(plain)
+            plain = ""
+        ids.append(hit[1])
+        i += len(hit[0])
+    if plain:
+        ids += sp.EncodeAsIds(plain)
+    print(json.dumps(ids))
 
 
 if __name__ == "__main__":

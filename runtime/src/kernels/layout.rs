@@ -37,6 +37,7 @@ pub struct TileLayout {
     pub zero: bool,
 }
 
+#[allow(clippy::too_many_arguments)]
 const fn l(
     name: &'static str,
     rows: usize,

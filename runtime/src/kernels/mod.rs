@@ -100,8 +100,8 @@ impl<'a> QMatrix<'a> {
     pub fn row_reference(&self, r: usize, out: &mut [f32]) {
         let l = &self.layout;
         let (rb, rr) = (r / l.rows, r % l.rows);
-        for c in 0..self.k {
-            out[c] = l.w(self.tile(rb, c / l.cols), rr, c % l.cols);
+        for (c, o) in out[..self.k].iter_mut().enumerate() {
+            *o = l.w(self.tile(rb, c / l.cols), rr, c % l.cols);
         }
     }
 

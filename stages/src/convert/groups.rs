@@ -178,10 +178,10 @@ fn quantize_q41(x: &[f32]) -> Group {
             let (mb, m) = bf(l);
             let (q, err) = codes_q41(x, d, m);
             let mut cand = (err, Group { d: db, m: mb, q });
-            if let Some(refit) = refit_q41(x, &q) {
-                if refit.0 < cand.0 {
-                    cand = refit;
-                }
+            if let Some(refit) = refit_q41(x, &q)
+                && refit.0 < cand.0
+            {
+                cand = refit;
             }
             if best.as_ref().is_none_or(|b| cand.0 < b.0) {
                 best = Some(cand);

