@@ -67,21 +67,39 @@ unsafe fn tokens<const NT: usize>(
             for g in 0..per_tile {
                 let gg = cb * per_tile + g;
                 let mut acc = [[_mm256_setzero_ps(); 2]; NT];
-                for c in g * 32..g * 32 + 32 {
+                // Column c's codes of this sub-band start at `first + c·stride`; the activations
+                // of token t at `xs[t] + c`. Geometry was checked when the matrix was built
+                // (`QMatrix::new`: data = RB·CT tiles of W bytes), so every address below is
+                // inside `tile` and `xp`.
+                let c0 = g * 32;
+                let (first, cstride) = if eight {
+                    (base + band * cols * p + sub * 16, p)
+                } else {
+                    (base + band * cols * (p / 2) + sub * 8, p / 2)
+                };
+                debug_assert!(
+                    first + (c0 + 31) * cstride + if eight { 16 } else { 8 } <= tile.len()
+                );
+                let mut xs = [std::ptr::null::<f32>(); NT];
+                for (t, x) in xs.iter_mut().enumerate() {
+                    let at = (t0 + t) * kp + cb * cols + c0;
+                    debug_assert!(at + 32 <= xp.len());
+                    // SAFETY: `at + 32 ≤ xp.len()` (xp is n × kp and cb·C + c0 + 32 ≤ kp).
+                    *x = unsafe { xp.as_ptr().add(at) };
+                }
+                // SAFETY: see above; `first + c0·stride` is inside the tile.
+                let mut cp = unsafe { tp.add(first + c0 * cstride) };
+                for c in 0..32 {
                     let (f0, f1) = if eight {
-                        let at = base + (band * cols + c) * p + sub * 16;
-                        debug_assert!(at + 16 <= tile.len());
-                        // SAFETY: `at + 16 ≤ tile.len()` by the layout's geometry.
-                        let v = unsafe { _mm_loadu_si128(tp.add(at) as *const __m128i) };
+                        // SAFETY: 16 bytes at `cp` are inside the tile (see above).
+                        let v = unsafe { _mm_loadu_si128(cp as *const __m128i) };
                         (
                             _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
                             _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))),
                         )
                     } else {
-                        let at = base + (band * cols + c) * (p / 2) + sub * 8;
-                        debug_assert!(at + 8 <= tile.len());
-                        // SAFETY: `at + 8 ≤ tile.len()` by the layout's geometry.
-                        let v = unsafe { _mm_loadl_epi64(tp.add(at) as *const __m128i) };
+                        // SAFETY: 8 bytes at `cp` are inside the tile (see above).
+                        let v = unsafe { _mm_loadl_epi64(cp as *const __m128i) };
                         let w = _mm256_cvtepu8_epi32(v);
                         let mut lo = _mm256_and_si256(w, mask);
                         let mut hi = _mm256_srli_epi32(w, 4);
@@ -91,11 +109,14 @@ unsafe fn tokens<const NT: usize>(
                         }
                         (_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi))
                     };
-                    for (t, a) in acc.iter_mut().enumerate() {
-                        let xb = _mm256_set1_ps(xp[(t0 + t) * kp + cb * cols + c]);
+                    for (a, &x) in acc.iter_mut().zip(&xs) {
+                        // SAFETY: c < 32 and 32 floats at `x` are inside `xp`.
+                        let xb = unsafe { _mm256_broadcast_ss(&*x.add(c)) };
                         a[0] = _mm256_fmadd_ps(f0, xb, a[0]);
                         a[1] = _mm256_fmadd_ps(f1, xb, a[1]);
                     }
+                    // SAFETY: stays inside the tile for c < 31; the last increment is not read.
+                    cp = unsafe { cp.add(cstride) };
                 }
                 for (t, a) in acc.iter().enumerate() {
                     let mut v = [0f32; 16];
