@@ -56,7 +56,12 @@ pub struct Model {
     layers: Vec<Layer>,
     norm: Vec<f32>,
     head: Weight,
+    stats: std::sync::Mutex<Option<ActStats>>,
 }
+
+/// Per-matrix input statistics: Σ x² per input column and the number of rows seen. Calibrated
+/// quantization weighs each column's error by its mean x² (as llama.cpp's importance matrix).
+pub type ActStats = std::collections::BTreeMap<String, (Vec<f64>, u64)>;
 
 /// The KV cache and position of one sequence.
 pub struct Session {
@@ -262,7 +267,50 @@ impl Model {
             layers,
             norm,
             head,
+            stats: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Starts collecting input statistics of every matrix product (see [`ActStats`]). While
+    /// collecting, [`Model::forward`] records the head's inputs and returns no logits.
+    pub fn collect_stats(&self) {
+        if let Ok(mut s) = self.stats.lock() {
+            *s = Some(ActStats::new());
+        }
+    }
+
+    /// The statistics collected since [`Model::collect_stats`], ending the collection.
+    pub fn take_stats(&self) -> ActStats {
+        self.stats
+            .lock()
+            .ok()
+            .and_then(|mut s| s.take())
+            .unwrap_or_default()
+    }
+
+    fn record(&self, names: &[String], x: &[f32], n: usize) {
+        let Ok(mut guard) = self.stats.lock() else {
+            return;
+        };
+        let Some(stats) = guard.as_mut() else {
+            return;
+        };
+        let k = x.len() / n.max(1);
+        for name in names {
+            let e = stats
+                .entry(name.clone())
+                .or_insert_with(|| (vec![0f64; k], 0));
+            for row in x.chunks_exact(k) {
+                for (s, &v) in e.0.iter_mut().zip(row) {
+                    *s += (v as f64) * (v as f64);
+                }
+            }
+            e.1 += n as u64;
+        }
+    }
+
+    fn recording(&self) -> bool {
+        self.stats.lock().map(|s| s.is_some()).unwrap_or(false)
     }
 
     /// The kernel path in use.
@@ -421,6 +469,19 @@ impl Model {
         for (li, (l, ls)) in self.layers.iter().zip(&sp.layers).enumerate() {
             let rope = &sp.ropes[ls.rope];
             ops::rmsnorm(&x, &l.attn_norm, sp.eps, &mut hbuf);
+            let rec = self.recording();
+            let lname = |s: &str| format!("model.layers.{li}.{s}");
+            if rec {
+                self.record(
+                    &[
+                        lname("self_attn.q_proj.weight"),
+                        lname("self_attn.k_proj.weight"),
+                        lname("self_attn.v_proj.weight"),
+                    ],
+                    &hbuf,
+                    n,
+                );
+            }
             self.matmul(&l.q, &hbuf, n, &mut q);
             self.matmul(&l.k, &hbuf, n, &mut k);
             self.matmul(&l.v, &hbuf, n, &mut v);
@@ -499,6 +560,9 @@ impl Model {
                     }
                 }
             });
+            if rec {
+                self.record(&[lname("self_attn.o_proj.weight")], &att, n);
+            }
             self.matmul(&l.o, &att, n, &mut o);
             if let Some(w) = &l.post_attn_norm {
                 ops::rmsnorm_inplace(&mut o, w, sp.eps);
@@ -507,6 +571,13 @@ impl Model {
                 *a += b;
             }
             ops::rmsnorm(&x, &l.ffn_norm, sp.eps, &mut hbuf);
+            if rec {
+                self.record(
+                    &[lname("mlp.gate_proj.weight"), lname("mlp.up_proj.weight")],
+                    &hbuf,
+                    n,
+                );
+            }
             self.matmul(&l.gate, &hbuf, n, &mut g);
             self.matmul(&l.up, &hbuf, n, &mut u);
             for (a, &b) in g.iter_mut().zip(&u) {
@@ -514,6 +585,9 @@ impl Model {
                     Act::Silu => ops::silu(*a),
                     Act::GeluTanh => ops::gelu_tanh(*a),
                 } * b;
+            }
+            if rec {
+                self.record(&[lname("mlp.down_proj.weight")], &g, n);
             }
             self.matmul(&l.down, &g, n, &mut o);
             if let Some(w) = &l.post_ffn_norm {
@@ -530,6 +604,11 @@ impl Model {
             xs.extend_from_slice(&x[t * h..(t + 1) * h]);
         }
         ops::rmsnorm_inplace(&mut xs, &self.norm, sp.eps);
+        if self.recording() {
+            // Collecting statistics needs the head's inputs, not its outputs: skip the product.
+            self.record(&["lm_head.weight".to_string()], &xs, rows.len());
+            return Ok(Vec::new());
+        }
         let mut logits = vec![0f32; rows.len() * sp.vocab];
         self.matmul(&self.head, &xs, rows.len(), &mut logits);
         if let Some(cap) = sp.final_softcap {

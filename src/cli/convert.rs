@@ -25,6 +25,13 @@ pub struct ConvertArgs {
     /// Family, overriding the GGUF's general.architecture.
     #[arg(long)]
     pub family: Option<String>,
+    /// Calibrate requantization on this text (repeatable): each column's error is weighted by the
+    /// mean square of the activations that multiply it. Use text you will not evaluate on.
+    #[arg(long, value_name = "FILE")]
+    pub calibrate: Vec<PathBuf>,
+    /// Calibration tokens at most.
+    #[arg(long, default_value_t = 4096)]
+    pub calibrate_tokens: usize,
 }
 
 fn parse_tile(s: &str) -> Result<TileChoice, String> {
@@ -37,6 +44,8 @@ pub fn exec(g: &Global, a: ConvertArgs) -> anyhow::Result<ExitCode> {
     let opts = ConvertOptions {
         tile: a.tile,
         family: a.family,
+        calibrate: a.calibrate,
+        calibrate_tokens: a.calibrate_tokens,
     };
     let t0 = std::time::Instant::now();
     let report = match convert::convert(&a.gguf, &a.out, &opts) {

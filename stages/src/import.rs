@@ -180,7 +180,9 @@ pub struct VerifyStage {
 
 impl VerifyStage {
     /// Bumped whenever the table or verdict written for the same input can change.
-    pub const VERSION: u32 = 1;
+    /// v2: "same source" needs codes the tile holds natively (requantized tensors are judged
+    /// against the expected correlation of the two quantization noises).
+    pub const VERSION: u32 = 2;
 }
 
 /// The GGUF architecture name of a config `model_type`, for the name map without a GGUF.

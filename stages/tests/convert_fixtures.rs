@@ -24,7 +24,10 @@ fn gguf_of(case: &str) -> PathBuf {
 }
 
 fn convert_case(case: &str, tile: TileChoice, out: &Path) -> onebit_stages::convert::ConvertReport {
-    convert(&gguf_of(case), out, &ConvertOptions { tile, family: None })
+    convert(&gguf_of(case), out, &ConvertOptions {
+            tile,
+            ..Default::default()
+        })
         .unwrap_or_else(|e| panic!("{case}: {e}"))
 }
 
@@ -214,10 +217,7 @@ fn unknown_families_and_full_folders_are_refused_by_name() {
     let e = convert(
         &gguf_of("qwen35-q80"),
         &out,
-        &ConvertOptions {
-            tile: TileChoice::Auto,
-            family: None,
-        },
+        &ConvertOptions::default(),
     )
     .expect_err("qwen35 is not converted");
     let msg = e.to_string();
@@ -230,10 +230,7 @@ fn unknown_families_and_full_folders_are_refused_by_name() {
     let e = convert(
         &gguf_of("llama-q41"),
         &out,
-        &ConvertOptions {
-            tile: TileChoice::Auto,
-            family: None,
-        },
+        &ConvertOptions::default(),
     )
     .expect_err("non-empty folder");
     assert!(e.to_string().contains("not empty"), "{e}");

@@ -122,11 +122,15 @@ pub fn native_row(ty: GgmlType, codes: Codes, row: &[u8], out: &mut Vec<Group>) 
 /// scales it will really be stored with, and the best is kept. Signed 4-bit: ggml's Q4_0 rule
 /// (d = max/−8, the signed extreme). 8-bit: d = amax/127. Codes are always computed from the
 /// bf16-rounded scales, so the stored group is the best for what a reader will see.
-pub fn quantize_row(x: &[f32], codes: Codes, out: &mut Vec<Group>) {
+///
+/// `importance` (one weight per column, e.g. the mean x² of the activations that multiply it)
+/// makes the unsigned 4-bit search and refit minimize Σ w·error² instead of Σ error².
+pub fn quantize_row(x: &[f32], codes: Codes, importance: Option<&[f32]>, out: &mut Vec<Group>) {
     out.clear();
-    for g in x.chunks_exact(32) {
+    for (i, g) in x.chunks_exact(32).enumerate() {
+        let w = importance.map(|w| &w[i * 32..i * 32 + 32]);
         out.push(match codes {
-            Codes::Unsigned4 => quantize_q41(g),
+            Codes::Unsigned4 => quantize_q41(g, w),
             Codes::Signed4 => quantize_q40(g),
             Codes::Signed8 => quantize_q8(g),
             Codes::Fp4 => Group {
@@ -143,7 +147,7 @@ fn bf(v: f32) -> (u16, f32) {
     (b.to_bits(), b.to_f32())
 }
 
-fn codes_q41(x: &[f32], d: f32, m: f32) -> ([u8; 32], f32) {
+fn codes_q41(x: &[f32], d: f32, m: f32, w: Option<&[f32]>) -> ([u8; 32], f32) {
     let mut q = [0u8; 32];
     let mut err = 0f32;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
@@ -151,7 +155,7 @@ fn codes_q41(x: &[f32], d: f32, m: f32) -> ([u8; 32], f32) {
         let c = ((v - m) * id).round().clamp(0.0, 15.0);
         q[j] = c as u8;
         let e = d * c + m - v;
-        err += e * e;
+        err += e * e * w.map_or(1.0, |w| w[j]);
     }
     (q, err)
 }
@@ -159,7 +163,7 @@ fn codes_q41(x: &[f32], d: f32, m: f32) -> ([u8; 32], f32) {
 /// Clipping steps tried at each end of the block's range (in 1/48ths of the range).
 const CLIP_STEPS: usize = 4;
 
-fn quantize_q41(x: &[f32]) -> Group {
+fn quantize_q41(x: &[f32], w: Option<&[f32]>) -> Group {
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
     for &v in x {
         lo = lo.min(v);
@@ -176,9 +180,9 @@ fn quantize_q41(x: &[f32]) -> Group {
             let h = hi - range * b as f32 / 48.0;
             let (db, d) = bf((h - l) / 15.0);
             let (mb, m) = bf(l);
-            let (q, err) = codes_q41(x, d, m);
+            let (q, err) = codes_q41(x, d, m, w);
             let mut cand = (err, Group { d: db, m: mb, q });
-            if let Some(refit) = refit_q41(x, &q)
+            if let Some(refit) = refit_q41(x, &q, w)
                 && refit.0 < cand.0
             {
                 cand = refit;
@@ -196,23 +200,25 @@ fn quantize_q41(x: &[f32]) -> Group {
 }
 
 /// Least squares (d, m) for fixed codes, rounded to bf16, codes recomputed: (error, group).
-fn refit_q41(x: &[f32], q: &[u8; 32]) -> Option<(f32, Group)> {
-    let n = 32.0f32;
-    let (mut sq, mut sqq, mut sx, mut sqx) = (0f32, 0f32, 0f32, 0f32);
+fn refit_q41(x: &[f32], q: &[u8; 32], w: Option<&[f32]>) -> Option<(f32, Group)> {
+    // Weighted least squares for w·(d·q + m − x)².
+    let (mut n, mut sq, mut sqq, mut sx, mut sqx) = (0f32, 0f32, 0f32, 0f32, 0f32);
     for (j, &v) in x.iter().enumerate() {
         let c = q[j] as f32;
-        sq += c;
-        sqq += c * c;
-        sx += v;
-        sqx += c * v;
+        let wj = w.map_or(1.0, |w| w[j]);
+        n += wj;
+        sq += wj * c;
+        sqq += wj * c * c;
+        sx += wj * v;
+        sqx += wj * c * v;
     }
     let det = n * sqq - sq * sq;
-    if det <= 0.0 {
+    if det <= 0.0 || n <= 0.0 {
         return None;
     }
     let (nd, ndv) = bf((n * sqx - sq * sx) / det);
     let (nm, nmv) = bf((sx - ndv * sq) / n);
-    let (nq, nerr) = codes_q41(x, ndv, nmv);
+    let (nq, nerr) = codes_q41(x, ndv, nmv, w);
     Some((
         nerr,
         Group {
@@ -279,11 +285,11 @@ mod tests {
     fn requantization_errors_are_what_each_bit_width_allows() {
         let x = sample(7);
         let mut g = Vec::new();
-        quantize_row(&x, Codes::Unsigned4, &mut g);
+        quantize_row(&x, Codes::Unsigned4, None, &mut g);
         let e41 = rel_l2(&x, &g, Codes::Unsigned4);
-        quantize_row(&x, Codes::Signed4, &mut g);
+        quantize_row(&x, Codes::Signed4, None, &mut g);
         let e40 = rel_l2(&x, &g, Codes::Signed4);
-        quantize_row(&x, Codes::Signed8, &mut g);
+        quantize_row(&x, Codes::Signed8, None, &mut g);
         let e8 = rel_l2(&x, &g, Codes::Signed8);
         // Uniform data: 4-bit step/√12 over the spread ≈ 4 %, 8-bit ≈ 0.3 %.
         assert!(e41 < 0.06 && e40 < 0.09 && e8 < 0.006, "{e41} {e40} {e8}");
@@ -295,7 +301,7 @@ mod tests {
         for seed in 0..50 {
             let x = sample(seed);
             let mut g = Vec::new();
-            quantize_row(&x[..32], Codes::Unsigned4, &mut g);
+            quantize_row(&x[..32], Codes::Unsigned4, None, &mut g);
             let (lo, hi) = x[..32]
                 .iter()
                 .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
@@ -303,12 +309,31 @@ mod tests {
                 });
             let (_, d) = bf((hi - lo) / 15.0);
             let (_, m) = bf(lo);
-            let (_, base) = codes_q41(&x[..32], d, m);
+            let (_, base) = codes_q41(&x[..32], d, m, None);
             let ours: f32 = (0..32)
                 .map(|j| (g[0].value(Codes::Unsigned4, j) - x[j]).powi(2))
                 .sum();
             assert!(ours <= base * 1.0001, "seed {seed}: {ours} > {base}");
         }
+    }
+
+    #[test]
+    fn importance_moves_error_off_the_heavy_columns() {
+        let x = sample(3);
+        let mut w = vec![1.0f32; 64];
+        for v in w.iter_mut().step_by(4) {
+            *v = 100.0;
+        }
+        let (mut plain, mut weighted) = (Vec::new(), Vec::new());
+        quantize_row(&x, Codes::Unsigned4, None, &mut plain);
+        quantize_row(&x, Codes::Unsigned4, Some(&w), &mut weighted);
+        let err = |g: &[Group]| -> f32 {
+            (0..64)
+                .step_by(4)
+                .map(|i| (g[i / 32].value(Codes::Unsigned4, i % 32) - x[i]).powi(2))
+                .sum()
+        };
+        assert!(err(&weighted) <= err(&plain), "{} > {}", err(&weighted), err(&plain));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! bits (the reference converter's llama-path bug). The folder appears atomically: it is built
 //! beside the destination and renamed into place.
 
+pub mod calibrate;
 pub mod config;
 pub mod encode;
 pub mod groups;
@@ -30,9 +31,10 @@ use crate::tiles::TileKind;
 use groups::{Group, Method};
 
 /// The `--tile` choice.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub enum TileChoice {
     /// Quarter tiles when any weight's K is off the 256-column grid, else 5120-byte tiles.
+    #[default]
     Auto,
     /// 32×256 tiles (Q41_5120, or Q40_5120 for Q4_0 sources).
     Q4_5120,
@@ -59,12 +61,16 @@ impl TileChoice {
 }
 
 /// Options of one conversion.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ConvertOptions {
     /// Tile choice.
     pub tile: TileChoice,
     /// Overrides the family read from `general.architecture`.
     pub family: Option<String>,
+    /// Text files to calibrate requantization on (activation-weighted error), if any.
+    pub calibrate: Vec<PathBuf>,
+    /// Calibration tokens at most.
+    pub calibrate_tokens: usize,
 }
 
 /// What happened to one tensor.
@@ -126,6 +132,8 @@ struct Planned {
     note: String,
     /// `None` for plain BF16.
     tiled: Option<TileKind>,
+    /// Per-column importance for requantization (calibration), if any.
+    importance: Option<Vec<f32>>,
 }
 
 /// Model facts read from the GGUF metadata.
@@ -248,6 +256,7 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
             scale: t.scale,
             note: t.note,
             tiled: tiled.then_some(TileKind::Q41_5120),
+            importance: None,
         });
     }
     for t in &g.tensors {
@@ -336,6 +345,13 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
             .tensor(&p.src)
             .ok_or_else(|| Error::Internal(p.src.clone()))?;
         p.tiled = Some(kind_for(tile, src.ty));
+    }
+    if !opts.calibrate.is_empty() {
+        let cal = calibrate::importance(gguf, opts)?;
+        decisions.push(cal.decision.clone());
+        for p in planned.iter_mut() {
+            p.importance = cal.per_matrix.get(&p.name).cloned();
+        }
     }
 
     let parent = match out.parent() {
@@ -549,6 +565,7 @@ fn write_tiled(
     let (rows, k) = (src.rows(), src.row_len());
     let codes = kind.codes();
     let method = groups::native_method(src.ty, codes).unwrap_or(Method::Requantized);
+    let importance = p.importance.as_deref().filter(|w| w.len() == k as usize);
     let (bs, ts) = src
         .ty
         .block()
@@ -584,7 +601,7 @@ fn write_tiled(
                         refuse(g.path(), &src.name, format!("no dequantizer for {ty}"))
                     })?;
                     if method == Method::Requantized {
-                        groups::quantize_row(&vals, codes, &mut gs);
+                        groups::quantize_row(&vals, codes, importance, &mut gs);
                     } else {
                         groups::native_row(src.ty, codes, bytes, &mut gs);
                     }
