@@ -10,6 +10,6 @@ export ONEBIT_GEMMA_GGUF
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # --lib --bins --tests: unit and integration tests (the crates carry no doctests).
-cargo test --workspace --lib --bins --tests -- --include-ignored 2>&1 | tee "$log"
+cargo test --workspace --no-fail-fast --lib --bins --tests -- --include-ignored 2>&1 | tee "$log"
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "summary: %d passed, %d failed\n", p, f }' "$log"

@@ -192,13 +192,21 @@ fn every_fixture_imports_and_a_second_run_is_all_hits() {
         let first = events(&first);
         let mut ran = finished(&first, "miss");
         ran.sort();
-        assert_eq!(ran, ["dequant", "detect", "semantics", "verify"], "{case}");
+        assert_eq!(
+            ran,
+            ["dequant", "detect", "repack", "semantics", "verify"],
+            "{case}"
+        );
         let second = run_in(home.path(), &["--json", "run", "--path", p]);
         assert_eq!(second.status.code(), Some(want));
         let second = events(&second);
         let mut hit = finished(&second, "hit");
         hit.sort();
-        assert_eq!(hit, ["dequant", "detect", "semantics", "verify"], "{case}");
+        assert_eq!(
+            hit,
+            ["dequant", "detect", "repack", "semantics", "verify"],
+            "{case}"
+        );
     }
 }
 
@@ -246,10 +254,11 @@ fn verification_against_a_gguf_passes_good_packs_and_refuses_the_broken_one() {
         "{err}"
     );
 
-    // The same pack without the reference: verify re-runs (its input was removed), the rest hits.
+    // The same pack without the reference: detect and verify re-run (their input was removed),
+    // and repack after them (the verdict it carries changed); the rest hits.
     let again = run_in(home.path(), &["--json", "run", "--path", d]);
     let evs = events(&again);
-    assert_eq!(finished(&evs, "miss"), ["verify"]);
+    assert_eq!(finished(&evs, "miss"), ["detect", "verify", "repack"]);
     let verify = evs
         .iter()
         .find(|e| e["event"] == "stage_finished" && e["stage"] == "verify")

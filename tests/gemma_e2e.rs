@@ -41,9 +41,8 @@ fn convert(out: &Path, tile: &str, calibrate: bool) {
         .arg(out)
         .args(["--tile", tile]);
     if calibrate {
-        c.arg("--calibrate").arg(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text/calibration.txt"),
-        );
+        c.arg("--calibrate")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text/calibration.txt"));
     }
     ok(&mut c);
 }

@@ -114,8 +114,15 @@ impl Model {
 
     /// [`Model::load`] with an explicit kernel path (benchmarks, tests).
     pub fn load_with(pack: Pack, path: KPath) -> Result<Model> {
-        let spec = pack.manifest.model.clone();
         let dir = pack.dir.clone();
+        let spec = pack.manifest.model.clone().ok_or_else(|| Error::Refused {
+            pack: dir.clone(),
+            reason: pack
+                .manifest
+                .host_refusal
+                .clone()
+                .unwrap_or_else(|| "no runnable model".into()),
+        })?;
         let missing = |name: &str| Error::Pack {
             pack: dir.clone(),
             what: format!("tensor {name} is missing"),

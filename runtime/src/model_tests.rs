@@ -161,7 +161,8 @@ fn write_pack(dir: &std::path::Path, spec: &ModelSpec) {
     let manifest = Manifest {
         format: FORMAT.into(),
         version: VERSION,
-        model: spec.clone(),
+        model: Some(spec.clone()),
+        host_refusal: None,
         tensors: entries,
         provenance: Provenance::default(),
         verification: Verification {

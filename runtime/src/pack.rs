@@ -67,8 +67,11 @@ pub struct Manifest {
     pub format: String,
     /// Manifest version.
     pub version: u32,
-    /// The model as the forward pass runs it.
-    pub model: ModelSpec,
+    /// The model as the forward pass runs it; `None` when the host runtime cannot run this
+    /// model (see `host_refusal`).
+    pub model: Option<ModelSpec>,
+    /// Why the host runtime cannot run the model, when it cannot.
+    pub host_refusal: Option<String>,
     /// Tensors by name.
     pub tensors: BTreeMap<String, TensorEntry>,
     /// Provenance.
@@ -119,6 +122,15 @@ impl Pack {
                     "manifest is {} v{}, this runtime reads {FORMAT} v{VERSION}",
                     manifest.format, manifest.version
                 ),
+            });
+        }
+        if manifest.model.is_none() {
+            return Err(Error::Refused {
+                pack: dir.to_path_buf(),
+                reason: manifest
+                    .host_refusal
+                    .clone()
+                    .unwrap_or_else(|| "the manifest describes no runnable model".into()),
             });
         }
         if !manifest.verification.verified && !allow_unverified {

@@ -246,7 +246,16 @@ impl Stage for RepackStage {
         )?)?;
         let names: std::collections::BTreeSet<&str> =
             layouts.iter().map(|l| l.name.as_str()).collect();
-        let (spec, decisions) = model_spec(&sem, |n| names.contains(n), &model)?;
+        // A model the host cannot run still gets its pack (the NPU tiles, the verdict); the
+        // manifest says why the host refuses it.
+        let (spec, decisions, host_refusal) = match model_spec(&sem, |n| names.contains(n), &model)
+        {
+            Ok((s, d)) => (Some(s), d, None),
+            Err(Error::Refused { tensor, reason, .. }) => {
+                (None, Vec::new(), Some(format!("{tensor}: {reason}")))
+            }
+            Err(e) => return Err(e.into()),
+        };
         let out = ctx.output("pack");
         std::fs::create_dir_all(&out)?;
         let target = out.join("model.q4nx");
@@ -277,6 +286,7 @@ impl Stage for RepackStage {
             format: FORMAT.into(),
             version: VERSION,
             model: spec,
+            host_refusal,
             tensors: tensor_entries(&layouts),
             provenance: Provenance {
                 source: self.source.clone(),

@@ -24,11 +24,15 @@ fn gguf_of(case: &str) -> PathBuf {
 }
 
 fn convert_case(case: &str, tile: TileChoice, out: &Path) -> onebit_stages::convert::ConvertReport {
-    convert(&gguf_of(case), out, &ConvertOptions {
+    convert(
+        &gguf_of(case),
+        out,
+        &ConvertOptions {
             tile,
             ..Default::default()
-        })
-        .unwrap_or_else(|e| panic!("{case}: {e}"))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{case}: {e}"))
 }
 
 fn assert_tensors_identical(case: &str, ours: &Path) {
@@ -214,12 +218,8 @@ fn converted_repos_carry_config_tokenizer_and_template() {
 fn unknown_families_and_full_folders_are_refused_by_name() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("repo");
-    let e = convert(
-        &gguf_of("qwen35-q80"),
-        &out,
-        &ConvertOptions::default(),
-    )
-    .expect_err("qwen35 is not converted");
+    let e = convert(&gguf_of("qwen35-q80"), &out, &ConvertOptions::default())
+        .expect_err("qwen35 is not converted");
     let msg = e.to_string();
     assert!(
         msg.contains("general.architecture") && msg.contains("qwen35"),
@@ -227,12 +227,8 @@ fn unknown_families_and_full_folders_are_refused_by_name() {
     );
     std::fs::create_dir_all(&out).expect("mkdir");
     std::fs::write(out.join("keep.txt"), "mine").expect("write");
-    let e = convert(
-        &gguf_of("llama-q41"),
-        &out,
-        &ConvertOptions::default(),
-    )
-    .expect_err("non-empty folder");
+    let e = convert(&gguf_of("llama-q41"), &out, &ConvertOptions::default())
+        .expect_err("non-empty folder");
     assert!(e.to_string().contains("not empty"), "{e}");
     assert_eq!(
         std::fs::read_to_string(out.join("keep.txt")).expect("kept"),

@@ -44,11 +44,8 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
     // A runtime pack over the 8-bit repository: semantics from its config, tile kinds known.
     let sem = crate::semantics_stage::semantics_of_dir(&repo)?;
     let container = crate::q4nx::Container::open(&repo.join("model.q4nx"))?;
-    let names: std::collections::BTreeSet<String> = container
-        .tensors()
-        .iter()
-        .map(|t| t.name.clone())
-        .collect();
+    let names: std::collections::BTreeSet<String> =
+        container.tensors().iter().map(|t| t.name.clone()).collect();
     let (spec, _) =
         crate::repack::model_spec(&sem, |n| names.contains(n), &repo.join("config.json"))?;
     let tensors = container
@@ -74,7 +71,8 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
     let manifest = Manifest {
         format: FORMAT.into(),
         version: VERSION,
-        model: spec,
+        model: Some(spec),
+        host_refusal: None,
         tensors,
         provenance: Provenance::default(),
         verification: Verification {
@@ -91,8 +89,8 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
     .at("write", &repo.join("manifest.json"))?;
     let pack = onebit_runtime::Pack::open(&repo, false).map_err(internal)?;
     let model = onebit_runtime::Model::load(pack).map_err(internal)?;
-    let text = onebit_runtime::text::Text::load(&repo.join("tokenizer.json"), None)
-        .map_err(internal)?;
+    let text =
+        onebit_runtime::text::Text::load(&repo.join("tokenizer.json"), None).map_err(internal)?;
     let mut ids = Vec::new();
     for f in &opts.calibrate {
         let s = std::fs::read_to_string(f).at("read", f)?;

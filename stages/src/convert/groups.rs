@@ -333,7 +333,12 @@ mod tests {
                 .map(|i| (g[i / 32].value(Codes::Unsigned4, i % 32) - x[i]).powi(2))
                 .sum()
         };
-        assert!(err(&weighted) <= err(&plain), "{} > {}", err(&weighted), err(&plain));
+        assert!(
+            err(&weighted) <= err(&plain),
+            "{} > {}",
+            err(&weighted),
+            err(&plain)
+        );
     }
 
     #[test]

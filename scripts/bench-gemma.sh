@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Host runtime vs llama.cpp on Gemma 3 270M, side by side, same machine, same thread counts:
+# prefill and decode tokens/s at 1 and 2 threads, plus perplexity at context 512 on the fixed
+# essay. llama.cpp is built once from the PyPI `llama-cpp-python` source package (its vendored
+# llama.cpp, AVX2, no AMX) into ~/.cache/onebit-models/llama.cpp. Needs the demo pack
+# (scripts/demo.sh) or builds it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+bin=target/release/onebit-pipe
+gguf=$(scripts/fetch-gemma.sh)
+cache="$HOME/.cache/onebit-models"
+ll="$cache/llama.cpp/build/bin"
+if [ ! -x "$ll/llama-bench" ]; then
+  python3 -m pip install -q cmake ninja >&2
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --no-binary llama-cpp-python -d "$tmp" "llama-cpp-python==0.3.36" >&2
+  tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+  rm -rf "$cache/llama.cpp" && mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$cache/llama.cpp"
+  cmake -S "$cache/llama.cpp" -B "$cache/llama.cpp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
+  cmake --build "$cache/llama.cpp/build" -j "$(nproc)" --target llama-bench llama-perplexity llama-completion >&2
+fi
+mirror="${ONEBIT_DEMO_MIRROR:-$cache/mirror}"
+repo=FastFlowLM/Gemma3-270M-NPU2
+[ -f "$mirror/$repo/model.q4nx" ] || scripts/demo.sh >&2
+src=(--repo "$repo" --endpoint "$mirror" --reference "$gguf")
+"$bin" -q run "${src[@]}" >&2
+prompt=$(head -c 1200 tests/fixtures/text/calibration.txt | tr '\n' ' ')
+for t in 1 2; do
+  "$ll/llama-bench" -m "$gguf" -t "$t" -p 64 -n 64 -r 3 -o md 2>/dev/null | grep -E "pp64|tg64" |
+    sed "s/^/llama.cpp t=$t /"
+  for r in 1 2 3; do
+    "$bin" -q --json generate "${src[@]}" --prompt "$prompt" --max-tokens 64 --ctx-size 1024 -t "$t" |
+      tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); print(f\"onebit t=$t run $r: prefill {d['prefill_tokens_per_s']:.1f} tok/s ({d['prompt_tokens']} tokens), decode {d['decode_tokens_per_s']:.1f} tok/s\")"
+  done
+done
+essay="${ONEBIT_ESSAY:-../shared/eval/english-essay.txt}"
+if [ -f "$essay" ]; then
+  "$ll/llama-perplexity" -m "$gguf" -f "$essay" -c 512 -t 2 2>&1 | grep -E "Final estimate" |
+    sed 's/^/llama.cpp perplexity: /'
+  "$bin" -q eval "${src[@]}" --file "$essay" --ctx 512 -t 2 |
+    python3 -c "import json,sys; d=json.load(sys.stdin); print(f\"onebit perplexity: {d['perplexity']:.4f} over {d['scored']} tokens\")"
+fi
