@@ -259,8 +259,11 @@ impl Stage for RepackStage {
         let out = ctx.output("pack");
         std::fs::create_dir_all(&out)?;
         let target = out.join("model.q4nx");
-        if std::fs::hard_link(&model, &target).is_err() {
-            std::fs::copy(&model, &target)?;
+        // A fetched snapshot's files are relative symlinks into the blob store: link the blob
+        // itself (linking the symlink would leave a dangling one in the pack).
+        let real = std::fs::canonicalize(&model)?;
+        if std::fs::hard_link(&real, &target).is_err() {
+            std::fs::copy(&real, &target)?;
         }
         std::fs::copy(ctx.input("tokenizer")?, out.join("tokenizer.json"))?;
         let mut files = BTreeMap::new();
