@@ -1,6 +1,6 @@
 //! AVX2 + FMA kernel. Each 16-row sub-band of a lane band is two registers of accumulators: for
 //! 4-bit codes the even rows (low nibbles) and the odd rows (high nibbles) of the column's 8
-//! bytes; for 8-bit codes rows 0–7 and 8–15 of its 16 bytes. Up to four tokens share each
+//! bytes; for 8-bit codes rows 0–7 and 8–15 of its 16 bytes. Up to three tokens share each
 //! unpacked column.
 
 use std::arch::x86_64::*;
@@ -26,14 +26,13 @@ pub(super) unsafe fn block(
 ) {
     let mut t0 = 0;
     while t0 < n {
-        let nt = (n - t0).min(4);
+        let nt = (n - t0).min(3);
         // SAFETY: same CPU contract as this function.
         unsafe {
             match nt {
                 1 => tokens::<1>(m, rb, xp, sx, t0, out, stride, local),
                 2 => tokens::<2>(m, rb, xp, sx, t0, out, stride, local),
-                3 => tokens::<3>(m, rb, xp, sx, t0, out, stride, local),
-                _ => tokens::<4>(m, rb, xp, sx, t0, out, stride, local),
+                _ => tokens::<3>(m, rb, xp, sx, t0, out, stride, local),
             }
         }
         t0 += nt;
@@ -66,7 +65,10 @@ unsafe fn tokens<const NT: usize>(
             let (band, sub) = ((sb * 16) / p, ((sb * 16) % p) / 16);
             for g in 0..per_tile {
                 let gg = cb * per_tile + g;
-                let mut acc = [[_mm256_setzero_ps(); 2]; NT];
+                // Two accumulator pairs per token (even and odd columns) so consecutive FMAs do
+                // not wait on each other; the same for every batch size, so results do not
+                // depend on how tokens are grouped.
+                let mut acc = [[[_mm256_setzero_ps(); 2]; 2]; NT];
                 // Column c's codes of this sub-band start at `first + c·stride`; the activations
                 // of token t at `xs[t] + c`. Geometry was checked when the matrix was built
                 // (`QMatrix::new`: data = RB·CT tiles of W bytes), so every address below is
@@ -89,41 +91,30 @@ unsafe fn tokens<const NT: usize>(
                 }
                 // SAFETY: see above; `first + c0·stride` is inside the tile.
                 let mut cp = unsafe { tp.add(first + c0 * cstride) };
-                for c in 0..32 {
-                    let (f0, f1) = if eight {
-                        // SAFETY: 16 bytes at `cp` are inside the tile (see above).
-                        let v = unsafe { _mm_loadu_si128(cp as *const __m128i) };
-                        (
-                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
-                            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))),
-                        )
-                    } else {
-                        // SAFETY: 8 bytes at `cp` are inside the tile (see above).
-                        let v = unsafe { _mm_loadl_epi64(cp as *const __m128i) };
-                        let w = _mm256_cvtepu8_epi32(v);
-                        let mut lo = _mm256_and_si256(w, mask);
-                        let mut hi = _mm256_srli_epi32(w, 4);
-                        if signed4 {
-                            lo = _mm256_sub_epi32(_mm256_xor_si256(lo, bias), bias);
-                            hi = _mm256_sub_epi32(_mm256_xor_si256(hi, bias), bias);
+                for c in (0..32).step_by(2) {
+                    for set in 0..2 {
+                        // SAFETY: `cp` walks this sub-band's columns inside the tile (see above).
+                        let (f0, f1) = unsafe { column(cp, eight, signed4, mask, bias) };
+                        for (a, &x) in acc.iter_mut().zip(&xs) {
+                            // SAFETY: c + set < 32 and 32 floats at `x` are inside `xp`.
+                            let xb = unsafe { _mm256_broadcast_ss(&*x.add(c + set)) };
+                            // `set` is a constant after unrolling: the accumulators stay in
+                            // registers.
+                            let a = &mut a[set];
+                            a[0] = _mm256_fmadd_ps(f0, xb, a[0]);
+                            a[1] = _mm256_fmadd_ps(f1, xb, a[1]);
                         }
-                        (_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi))
-                    };
-                    for (a, &x) in acc.iter_mut().zip(&xs) {
-                        // SAFETY: c < 32 and 32 floats at `x` are inside `xp`.
-                        let xb = unsafe { _mm256_broadcast_ss(&*x.add(c)) };
-                        a[0] = _mm256_fmadd_ps(f0, xb, a[0]);
-                        a[1] = _mm256_fmadd_ps(f1, xb, a[1]);
+                        // SAFETY: stays inside the tile for c + set < 31; the last increment is
+                        // not read.
+                        cp = unsafe { cp.add(cstride) };
                     }
-                    // SAFETY: stays inside the tile for c < 31; the last increment is not read.
-                    cp = unsafe { cp.add(cstride) };
                 }
                 for (t, a) in acc.iter().enumerate() {
                     let mut v = [0f32; 16];
                     // SAFETY: `v` holds 16 floats.
                     unsafe {
-                        _mm256_storeu_ps(v.as_mut_ptr(), a[0]);
-                        _mm256_storeu_ps(v.as_mut_ptr().add(8), a[1]);
+                        _mm256_storeu_ps(v.as_mut_ptr(), _mm256_add_ps(a[0][0], a[1][0]));
+                        _mm256_storeu_ps(v.as_mut_ptr().add(8), _mm256_add_ps(a[0][1], a[1][1]));
                     }
                     let s = sx[(t0 + t) * groups + gg];
                     for (i, &acc_i) in v.iter().enumerate() {
@@ -141,5 +132,40 @@ unsafe fn tokens<const NT: usize>(
                 }
             }
         }
+    }
+}
+
+/// One column's codes of a 16-row sub-band as two vectors of f32: 4-bit even/odd rows (low/high
+/// nibbles of 8 bytes), or 8-bit rows 0–7 and 8–15 (16 bytes).
+///
+/// # Safety
+/// AVX2; 8 (4-bit) or 16 (8-bit) readable bytes at `cp`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn column(
+    cp: *const u8,
+    eight: bool,
+    signed4: bool,
+    mask: __m256i,
+    bias: __m256i,
+) -> (__m256, __m256) {
+    if eight {
+        // SAFETY: caller guarantees 16 bytes.
+        let v = unsafe { _mm_loadu_si128(cp as *const __m128i) };
+        (
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
+            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))),
+        )
+    } else {
+        // SAFETY: caller guarantees 8 bytes.
+        let v = unsafe { _mm_loadl_epi64(cp as *const __m128i) };
+        let w = _mm256_cvtepu8_epi32(v);
+        let mut lo = _mm256_and_si256(w, mask);
+        let mut hi = _mm256_srli_epi32(w, 4);
+        if signed4 {
+            lo = _mm256_sub_epi32(_mm256_xor_si256(lo, bias), bias);
+            hi = _mm256_sub_epi32(_mm256_xor_si256(hi, bias), bias);
+        }
+        (_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi))
     }
 }

@@ -1,0 +1,89 @@
+//! Matrix-vector throughput of the host kernels on Gemma 3 270M's shapes, in GB/s of tile bytes,
+//! against a named baseline run on the same bytes in the same process: one pass summing the
+//! bytes as u64 words (the memory-read ceiling of this machine for that buffer).
+//!
+//! `cargo bench -p onebit-runtime --bench matvec` (threads: RAYON_NUM_THREADS).
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use onebit_runtime::kernels::{Path, QMatrix, TileLayout};
+
+fn random_tiles(layout: TileLayout, rows: usize, k: usize) -> Vec<u8> {
+    let n = rows.div_ceil(layout.rows) * k.div_ceil(layout.cols) * layout.bytes;
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut v = vec![0u8; n];
+    for b in v.iter_mut() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        *b = (s >> 32) as u8;
+    }
+    // Plausible bf16 scales (0x3C00 = 2^-7) and zero-points so values stay finite.
+    for t in v.chunks_mut(layout.bytes) {
+        for slot in 0..layout.rows * layout.groups() {
+            t[2 * slot..2 * slot + 2].copy_from_slice(&0x3C00u16.to_le_bytes());
+            if layout.zero {
+                let at = layout.zero_base() + 2 * slot;
+                t[at..at + 2].copy_from_slice(&0xBC80u16.to_le_bytes());
+            }
+        }
+    }
+    v
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let path = Path::detect();
+    let threads = rayon::current_num_threads();
+    println!("kernel path {}, {threads} threads", path.name());
+    for (name, kind, rows, k, n) in [
+        ("lm_head 262144x640", "Q41_1280", 262_144, 640, 1),
+        ("ffn_gate 2048x640", "Q41_1280", 2048, 640, 1),
+        ("ffn_down 640x2048", "Q41_1280", 640, 2048, 1),
+        (
+            "lm_head 262144x640 Q41_5120 (K padded 768)",
+            "Q41_5120",
+            262_144,
+            640,
+            1,
+        ),
+        ("ffn_gate 2048x640, 64 tokens", "Q41_1280", 2048, 640, 64),
+    ] {
+        let layout = TileLayout::by_name(kind).expect("layout");
+        let data = random_tiles(layout, rows, k);
+        let m = QMatrix::new(layout, rows, k, &data).expect("sizes");
+        let x: Vec<f32> = (0..n * k).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect();
+        let mut y = vec![0f32; n * rows];
+        let reps = (400_000_000 / data.len()).clamp(3, 200);
+        let mut t_kernel = Vec::new();
+        let mut t_read = Vec::new();
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            m.matmul(path, black_box(&x), n, &mut y);
+            black_box(&y);
+            t_kernel.push(t0.elapsed().as_secs_f64());
+            let t0 = Instant::now();
+            let s: u64 = data
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .fold(0u64, u64::wrapping_add);
+            black_box(s);
+            t_read.push(t0.elapsed().as_secs_f64());
+        }
+        let (tk, tr) = (median(t_kernel), median(t_read));
+        let gb = data.len() as f64 / 1e9;
+        println!(
+            "{name:<44} {:>7.2} ms  {:>6.2} GB/s tiles ({:>6.1} GMAC/s) | baseline read 1 thread {:>6.2} GB/s | kernel/read {:>5.1} %",
+            tk * 1e3,
+            gb / tk,
+            (rows * k * n) as f64 / tk / 1e9,
+            gb / tr,
+            100.0 * tr / tk
+        );
+    }
+}
