@@ -389,6 +389,12 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
     write_json(&staging.path().join("onebit-convert.json"), &rep)?;
 
     let staged = staging.keep();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))
+            .at("chmod", &staged)?;
+    }
     if out.exists() {
         std::fs::remove_dir(out).at("remove empty", out)?;
     }

@@ -105,6 +105,13 @@ pub fn write_container(
         w.flush().at("write", path)?;
     }
     tmp.as_file().sync_all().at("sync", path)?;
+    // Temporary files are created 0600; a model file is readable like any other.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))
+            .at("chmod", path)?;
+    }
     tmp.persist(path).map_err(|e| Error::Io {
         op: "rename into place",
         path: path.to_path_buf(),
