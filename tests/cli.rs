@@ -474,3 +474,66 @@ fn the_sql_prompt_lists_tables_and_runs_statements() {
     );
     assert!(text.contains("| local/llama-q41 | false     |"), "{text}");
 }
+
+#[test]
+fn fixture_packs_generate_and_refuse_by_verdict_or_family() {
+    let home = tempfile::tempdir().expect("tmp");
+    // Verified packs of two families run on the host: greedy twice gives the same tokens.
+    for (case, gguf) in [
+        ("llama-q41", "llama-q41/model.gguf"),
+        ("gemma3-q41-quarter/rb16", "gemma3-q41-quarter/model.gguf"),
+    ] {
+        let (d, g) = (fixture(case), fixture(gguf));
+        let args = [
+            "--json",
+            "generate",
+            "--path",
+            d.to_str().expect("utf8"),
+            "--reference",
+            g.to_str().expect("utf8"),
+            "--prompt",
+            "the cat",
+            "--max-tokens",
+            "6",
+        ];
+        let runs: Vec<Value> = (0..2)
+            .map(|_| {
+                let out = run_in(home.path(), &args);
+                assert_eq!(
+                    out.status.code(),
+                    Some(0),
+                    "{case}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                events(&out).pop().expect("result line")
+            })
+            .collect();
+        assert!(
+            runs[0]["prompt_tokens"].as_u64().unwrap_or(0) >= 2,
+            "{case}: {}",
+            runs[0]
+        );
+        assert_eq!(runs[0]["tokens"], runs[1]["tokens"], "{case}");
+        assert!(runs[0]["kernel"].as_str().is_some());
+    }
+    // The broken pack is refused by its verdict, naming a failing tensor.
+    let (d, g) = (fixture("llama-q80"), fixture("llama-q80/model.gguf"));
+    let out = run_in(
+        home.path(),
+        &[
+            "generate",
+            "--path",
+            d.to_str().expect("utf8"),
+            "--reference",
+            g.to_str().expect("utf8"),
+            "--prompt",
+            "x",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not verified") && err.contains("lm_head.weight"),
+        "{err}"
+    );
+}
