@@ -109,30 +109,69 @@ unsafe fn tokens<const NT: usize>(
                         cp = unsafe { cp.add(cstride) };
                     }
                 }
+                // Epilogue, vectorized: rows sb·16 .. +16 in row order, then
+                // out[r] += d[r]·acc[r] + m[r]·Σx for the group.
+                let slot = g * l.rows + sb * 16;
+                // SAFETY: the scale (and zero-point) plane holds R·G bf16 values; slot + 16 ≤ R·G.
+                let (d_lo, d_hi) = unsafe { bf16x16(tp.add(2 * slot)) };
+                let (m_lo, m_hi) = if l.zero {
+                    // SAFETY: as above, in the zero-point plane.
+                    unsafe { bf16x16(tp.add(l.zero_base() + 2 * slot)) }
+                } else {
+                    (_mm256_setzero_ps(), _mm256_setzero_ps())
+                };
                 for (t, a) in acc.iter().enumerate() {
-                    let mut v = [0f32; 16];
-                    // SAFETY: `v` holds 16 floats.
+                    let (e, o) = (
+                        _mm256_add_ps(a[0][0], a[1][0]),
+                        _mm256_add_ps(a[0][1], a[1][1]),
+                    );
+                    let (lo, hi) = if eight {
+                        (e, o)
+                    } else {
+                        // Even/odd rows → row order: unpack pairs per 128-bit lane, then join
+                        // the lanes.
+                        let (u0, u1) = (_mm256_unpacklo_ps(e, o), _mm256_unpackhi_ps(e, o));
+                        (
+                            _mm256_permute2f128_ps(u0, u1, 0x20),
+                            _mm256_permute2f128_ps(u0, u1, 0x31),
+                        )
+                    };
+                    let s = _mm256_set1_ps(sx[(t0 + t) * groups + gg]);
+                    let at = (t0 + t) * stride + local + sb * 16;
+                    debug_assert!(at + 16 <= out.len());
+                    // SAFETY: rows sb·16 .. +16 of this row block are inside `out`.
                     unsafe {
-                        _mm256_storeu_ps(v.as_mut_ptr(), _mm256_add_ps(a[0][0], a[1][0]));
-                        _mm256_storeu_ps(v.as_mut_ptr().add(8), _mm256_add_ps(a[0][1], a[1][1]));
-                    }
-                    let s = sx[(t0 + t) * groups + gg];
-                    for (i, &acc_i) in v.iter().enumerate() {
-                        let r = sb * 16
-                            + if eight {
-                                i
-                            } else if i < 8 {
-                                2 * i
-                            } else {
-                                2 * (i - 8) + 1
-                            };
-                        let o = &mut out[(t0 + t) * stride + local + r];
-                        *o += l.d(tile, r, g) * acc_i + l.m(tile, r, g) * s;
+                        let op = out.as_mut_ptr().add(at);
+                        let add_lo = _mm256_add_ps(_mm256_mul_ps(d_lo, lo), _mm256_mul_ps(m_lo, s));
+                        let add_hi = _mm256_add_ps(_mm256_mul_ps(d_hi, hi), _mm256_mul_ps(m_hi, s));
+                        _mm256_storeu_ps(op, _mm256_add_ps(_mm256_loadu_ps(op), add_lo));
+                        _mm256_storeu_ps(
+                            op.add(8),
+                            _mm256_add_ps(_mm256_loadu_ps(op.add(8)), add_hi),
+                        );
                     }
                 }
             }
         }
     }
+}
+
+/// 16 little-endian bf16 values at `p` as two vectors of f32.
+///
+/// # Safety
+/// AVX2; 32 readable bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn bf16x16(p: *const u8) -> (__m256, __m256) {
+    // SAFETY: caller guarantees 32 bytes.
+    let (a, b) = unsafe {
+        (
+            _mm_loadu_si128(p as *const __m128i),
+            _mm_loadu_si128(p.add(16) as *const __m128i),
+        )
+    };
+    let widen = |v: __m128i| _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    (widen(a), widen(b))
 }
 
 /// One column's codes of a 16-row sub-band as two vectors of f32: 4-bit even/odd rows (low/high
