@@ -428,6 +428,34 @@ impl Model {
         }
     }
 
+    /// `ys[i] = ws[i]·x` for weights sharing K, fused into one dispatch when all are tiled with
+    /// one tile width (the same arithmetic either way).
+    fn matmul_many(&self, ws: &[&Weight], x: &[f32], n: usize, ys: &mut [&mut [f32]]) {
+        let mats: Vec<QMatrix<'_>> = ws
+            .iter()
+            .filter_map(|w| match w {
+                Weight::Tiled {
+                    layout,
+                    rows,
+                    k,
+                    range,
+                } => QMatrix::new(*layout, *rows, *k, &self.pack.map()[range.clone()]),
+                Weight::Bf16 { .. } => None,
+            })
+            .collect();
+        let fusable = mats.len() == ws.len()
+            && mats
+                .iter()
+                .all(|m| m.k == mats[0].k && m.layout.cols == mats[0].layout.cols);
+        if fusable {
+            kernels::matmul_many(self.path, &mats, x, n, ys);
+        } else {
+            for (w, y) in ws.iter().zip(ys.iter_mut()) {
+                self.matmul(w, x, n, y);
+            }
+        }
+    }
+
     /// Runs `tokens` at positions `s.pos..`, appending to the cache. Returns the logits of every
     /// token (`all`) or of the last one, row-major `[tokens][vocab]`.
     pub fn forward(&self, s: &mut Session, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
@@ -489,9 +517,12 @@ impl Model {
                     n,
                 );
             }
-            self.matmul(&l.q, &hbuf, n, &mut q);
-            self.matmul(&l.k, &hbuf, n, &mut k);
-            self.matmul(&l.v, &hbuf, n, &mut v);
+            self.matmul_many(
+                &[&l.q, &l.k, &l.v],
+                &hbuf,
+                n,
+                &mut [&mut q[..], &mut k[..], &mut v[..]],
+            );
             for (buf, bias) in [
                 (&mut q, &l.q_bias),
                 (&mut k, &l.k_bias),
@@ -585,8 +616,7 @@ impl Model {
                     n,
                 );
             }
-            self.matmul(&l.gate, &hbuf, n, &mut g);
-            self.matmul(&l.up, &hbuf, n, &mut u);
+            self.matmul_many(&[&l.gate, &l.up], &hbuf, n, &mut [&mut g[..], &mut u[..]]);
             for (a, &b) in g.iter_mut().zip(&u) {
                 *a = match sp.act {
                     Act::Silu => ops::silu(*a),

@@ -107,47 +107,7 @@ impl<'a> QMatrix<'a> {
 
     /// `y[t][r] = Σ_c W[r][c]·x[t][c]` for `t < n`, with `x` as `n × k` and `y` as `n × rows`.
     pub fn matmul(&self, path: Path, x: &[f32], n: usize, y: &mut [f32]) {
-        assert_eq!(x.len(), n * self.k, "activation size");
-        assert_eq!(y.len(), n * self.rows, "output size");
-        let kp = self.k_padded();
-        let groups = kp / 32;
-        // Padded activations and their 32-column group sums, once per call.
-        let mut xp = vec![0f32; n * kp];
-        let mut sx = vec![0f32; n * groups];
-        for t in 0..n {
-            xp[t * kp..t * kp + self.k].copy_from_slice(&x[t * self.k..(t + 1) * self.k]);
-            for g in 0..groups {
-                sx[t * groups + g] = xp[t * kp + g * 32..t * kp + g * 32 + 32].iter().sum();
-            }
-        }
-        let r_tile = self.layout.rows;
-        let rbs = self.row_blocks();
-        // Enough row blocks per task to amortize scheduling (≈ 64 KiB of tiles).
-        let per_task = (65536 / (self.ct * self.layout.bytes)).clamp(1, 64);
-        let parts: Vec<(usize, Vec<f32>)> = (0..rbs)
-            .step_by(per_task)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|rb0| {
-                let rb1 = (rb0 + per_task).min(rbs);
-                let nrows = (rb1 - rb0) * r_tile;
-                let mut out = vec![0f32; n * nrows];
-                for rb in rb0..rb1 {
-                    let local = (rb - rb0) * r_tile;
-                    self.block(path, rb, &xp, &sx, n, &mut out, nrows, local);
-                }
-                (rb0, out)
-            })
-            .collect();
-        for (rb0, out) in parts {
-            let nrows = out.len() / n.max(1);
-            let r0 = rb0 * r_tile;
-            let take = nrows.min(self.rows - r0);
-            for t in 0..n {
-                y[t * self.rows + r0..t * self.rows + r0 + take]
-                    .copy_from_slice(&out[t * nrows..t * nrows + take]);
-            }
-        }
+        matmul_many(path, std::slice::from_ref(self), x, n, &mut [y]);
     }
 
     /// One row block into `out[t·stride + local + r]`.
@@ -171,6 +131,66 @@ impl<'a> QMatrix<'a> {
                 unsafe { x86::block(self, rb, xp, sx, n, out, stride, local) }
             }
             _ => scalar::block(self, rb, xp, sx, n, out, stride, local),
+        }
+    }
+}
+
+/// Several products of the same activations at once (q/k/v, gate/up): one pass over `x` for
+/// the padded copy and group sums, one parallel dispatch over the row blocks of every matrix.
+/// Each matrix's arithmetic is exactly that of [`QMatrix::matmul`]. All matrices must share K
+/// and the tile width; `ys[i]` is `n × mats[i].rows`.
+pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &mut [&mut [f32]]) {
+    let Some(first) = mats.first() else {
+        return;
+    };
+    assert_eq!(mats.len(), ys.len(), "one output per matrix");
+    let (k, kp) = (first.k, first.k_padded());
+    for (m, y) in mats.iter().zip(ys.iter()) {
+        assert!(m.k == k && m.k_padded() == kp, "matmul_many needs one K");
+        assert_eq!(y.len(), n * m.rows, "output size");
+    }
+    assert_eq!(x.len(), n * k, "activation size");
+    let groups = kp / 32;
+    // Padded activations and their 32-column group sums, once per call.
+    let mut xp = vec![0f32; n * kp];
+    let mut sx = vec![0f32; n * groups];
+    for t in 0..n {
+        xp[t * kp..t * kp + k].copy_from_slice(&x[t * k..(t + 1) * k]);
+        for g in 0..groups {
+            sx[t * groups + g] = xp[t * kp + g * 32..t * kp + g * 32 + 32].iter().sum();
+        }
+    }
+    // Tasks: (matrix, first row block, row blocks), ≈ 64 KiB of tiles each.
+    let mut tasks = Vec::new();
+    for (i, m) in mats.iter().enumerate() {
+        let rbs = m.row_blocks();
+        let per_task = (65536 / (m.ct * m.layout.bytes)).clamp(1, 64);
+        for rb0 in (0..rbs).step_by(per_task) {
+            tasks.push((i, rb0, (rb0 + per_task).min(rbs)));
+        }
+    }
+    let parts: Vec<(usize, usize, Vec<f32>)> = tasks
+        .into_par_iter()
+        .map(|(i, rb0, rb1)| {
+            let m = &mats[i];
+            let r_tile = m.layout.rows;
+            let nrows = (rb1 - rb0) * r_tile;
+            let mut out = vec![0f32; n * nrows];
+            for rb in rb0..rb1 {
+                m.block(path, rb, &xp, &sx, n, &mut out, nrows, (rb - rb0) * r_tile);
+            }
+            (i, rb0, out)
+        })
+        .collect();
+    for (i, rb0, out) in parts {
+        let m = &mats[i];
+        let nrows = out.len() / n.max(1);
+        let r0 = rb0 * m.layout.rows;
+        let take = nrows.min(m.rows - r0);
+        let y = &mut ys[i];
+        for t in 0..n {
+            y[t * m.rows + r0..t * m.rows + r0 + take]
+                .copy_from_slice(&out[t * nrows..t * nrows + take]);
         }
     }
 }
