@@ -235,3 +235,31 @@ fn unknown_families_and_full_folders_are_refused_by_name() {
         "mine"
     );
 }
+
+#[test]
+fn gpt2_vocabularies_tokenize_like_the_reference_converters_tokenizer() {
+    // llama-q41's GGUF carries a byte-level BPE vocabulary with merges; FastFlowLM's converter
+    // exported it as tokenizer.json. Both files must give the same ids on the same text.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("repo");
+    convert_case("llama-q41", TileChoice::Auto, &out);
+    let ours = onebit_runtime::text::Text::load(&out.join("tokenizer.json"), None).expect("ours");
+    let theirs = onebit_runtime::text::Text::load(
+        &common::q4nx_case("llama-q41").join("tokenizer.json"),
+        None,
+    )
+    .expect("theirs");
+    let text =
+        std::fs::read_to_string(common::fixtures().join("text/multilingual.txt")).expect("text");
+    for line in text
+        .lines()
+        .chain(["the quick brown fox  jumps\tover 12345 lazy dogs."])
+    {
+        let (a, b) = (
+            ours.encode(line, false).expect("encode"),
+            theirs.encode(line, false).expect("encode"),
+        );
+        assert_eq!(a, b, "{line:?}");
+        assert_eq!(ours.decode(&a).expect("decode"), line);
+    }
+}
