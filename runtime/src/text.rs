@@ -97,17 +97,17 @@ impl Text {
             .get_template("chat")
             .map_err(|e| Error::Text(format!("chat template: {e}")))?;
         tpl.render(minijinja::context! {
-            messages => messages
-                .iter()
-                .map(|m| {
-                    [
-                        ("role", minijinja::Value::from(m.role.clone())),
-                        ("content", minijinja::Value::from(m.content.clone())),
-                    ]
-                    .into_iter()
-                    .collect::<minijinja::Value>()
-                })
-                .collect::<minijinja::Value>(),
+            messages => minijinja::Value::from(
+                messages
+                    .iter()
+                    .map(|m| {
+                        minijinja::Value::from(std::collections::BTreeMap::from([
+                            ("role".to_string(), minijinja::Value::from(m.role.clone())),
+                            ("content".to_string(), minijinja::Value::from(m.content.clone())),
+                        ]))
+                    })
+                    .collect::<Vec<_>>(),
+            ),
             add_generation_prompt => true,
             bos_token => self.bos.clone().unwrap_or_default(),
             eos_token => self.eos.clone().unwrap_or_default(),
