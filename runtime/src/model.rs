@@ -45,6 +45,17 @@ struct Layer {
     down: Weight,
 }
 
+/// The residual update `x += norm(branch)`, the norm only where the model has it (Gemma's
+/// sandwich norms).
+fn add_branch(x: &mut [f32], branch: &mut [f32], post_norm: Option<&[f32]>, eps: f32) {
+    if let Some(w) = post_norm {
+        ops::rmsnorm_inplace(branch, w, eps);
+    }
+    for (a, &b) in x.iter_mut().zip(branch.iter()) {
+        *a += b;
+    }
+}
+
 /// A loaded model: the pack, its bound weights and the kernel path.
 pub struct Model {
     /// The pack.
@@ -602,12 +613,7 @@ impl Model {
                 self.record(&[lname("self_attn.o_proj.weight")], &att, n);
             }
             self.matmul(&l.o, &att, n, &mut o);
-            if let Some(w) = &l.post_attn_norm {
-                ops::rmsnorm_inplace(&mut o, w, sp.eps);
-            }
-            for (a, &b) in x.iter_mut().zip(&o) {
-                *a += b;
-            }
+            add_branch(&mut x, &mut o, l.post_attn_norm.as_deref(), sp.eps);
             ops::rmsnorm(&x, &l.ffn_norm, sp.eps, &mut hbuf);
             if rec {
                 self.record(
@@ -627,12 +633,7 @@ impl Model {
                 self.record(&[lname("mlp.down_proj.weight")], &g, n);
             }
             self.matmul(&l.down, &g, n, &mut o);
-            if let Some(w) = &l.post_ffn_norm {
-                ops::rmsnorm_inplace(&mut o, w, sp.eps);
-            }
-            for (a, &b) in x.iter_mut().zip(&o) {
-                *a += b;
-            }
+            add_branch(&mut x, &mut o, l.post_ffn_norm.as_deref(), sp.eps);
         }
         s.pos += n;
         let rows: Vec<usize> = if all { (0..n).collect() } else { vec![n - 1] };

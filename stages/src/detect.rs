@@ -513,7 +513,34 @@ fn tie_readings(
             _ => half::bf16::from_le_bytes([emb_bytes[2 * i], emb_bytes[2 * i + 1]]).to_f32(),
         }
     };
+    let k = k as usize;
+    let readings = readings_vs(
+        data,
+        fitting,
+        emb_rows,
+        k,
+        |row, out| {
+            out.clear();
+            out.extend((0..k).map(|c| to_f32(row * k + c)));
+            Ok(())
+        },
+        |blocks| format!("tie test vs {}, {blocks} row blocks", emb.name),
+    )?;
+    Ok(Some(readings))
+}
+
+/// Each candidate reading's first row blocks (up to 4) against reference rows: `reference(row,
+/// out)` fills `out` with row `row`'s K reference values; `test(blocks)` describes the test.
+fn readings_vs(
+    data: &[u8],
+    fitting: &[Fit],
+    rows: u64,
+    k: usize,
+    mut reference: impl FnMut(usize, &mut Vec<f32>) -> std::result::Result<(), String>,
+    test: impl Fn(usize) -> String,
+) -> std::result::Result<Vec<Reading>, String> {
     let mut readings = Vec::new();
+    let mut want = Vec::new();
     for &(kind, rb, ct) in fitting {
         let reader =
             TiledReader::new(data, kind, rb as usize, ct as usize).map_err(|e| e.to_string())?;
@@ -525,22 +552,23 @@ fn tie_readings(
             reader.decode_row_block(b, &mut out, &mut scratch);
             for r in 0..kind.rows() {
                 let row = b * kind.rows() + r;
-                if row as u64 >= emb_rows {
+                if row as u64 >= rows {
                     break;
                 }
-                for c in 0..(k as usize).min(kp) {
+                reference(row, &mut want)?;
+                for c in 0..k.min(kp) {
                     ours.push(out[r * kp + c]);
-                    theirs.push(to_f32(row * k as usize + c));
+                    theirs.push(want[c]);
                 }
             }
         }
         readings.push(Reading {
             kind,
-            test: format!("tie test vs {}, {blocks} row blocks", emb.name),
+            test: test(blocks),
             corr: pearson(&ours, &theirs),
         });
     }
-    Ok(Some(readings))
+    Ok(readings)
 }
 
 /// Each candidate reading of the first row blocks against the GGUF twin (row map and scale
@@ -560,37 +588,21 @@ fn gguf_readings(
         return Ok(None);
     };
     let k = src.row_len() as usize;
-    let mut readings = Vec::new();
-    let mut row = Vec::new();
-    for &(kind, rb, ct) in fitting {
-        let reader =
-            TiledReader::new(data, kind, rb as usize, ct as usize).map_err(|e| e.to_string())?;
-        let blocks = (rb as usize).min(4);
-        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-        let (mut out, mut scratch) = (Vec::new(), Vec::new());
-        let kp = reader.padded_k();
-        for b in 0..blocks {
-            reader.decode_row_block(b, &mut out, &mut scratch);
-            for rr in 0..kind.rows() {
-                let pr = (b * kind.rows() + rr) as u64;
-                if pr >= src.rows() {
-                    break;
-                }
-                let gr = twin.rows.gguf_row(pr);
-                g.rows_f32(src, gr, gr + 1, &mut row)
-                    .map_err(|e| e.to_string())?;
-                for c in 0..k.min(kp) {
-                    ours.push(out[rr * kp + c]);
-                    theirs.push(row[c] * twin.scale.unwrap_or(1.0));
-                }
-            }
-        }
-        readings.push(Reading {
-            kind,
-            test: format!("vs GGUF {} ({}), {blocks} row blocks", twin.gguf, src.ty),
-            corr: pearson(&ours, &theirs),
-        });
-    }
+    let scale = twin.scale.unwrap_or(1.0);
+    let readings = readings_vs(
+        data,
+        fitting,
+        src.rows(),
+        k,
+        |row, out| {
+            let gr = twin.rows.gguf_row(row as u64);
+            g.rows_f32(src, gr, gr + 1, out)
+                .map_err(|e| e.to_string())?;
+            out.iter_mut().for_each(|v| *v *= scale);
+            Ok(())
+        },
+        |blocks| format!("vs GGUF {} ({}), {blocks} row blocks", twin.gguf, src.ty),
+    )?;
     Ok(Some(readings))
 }
 
