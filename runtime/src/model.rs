@@ -417,21 +417,29 @@ impl Model {
             } => {
                 let data = &self.pack.map()[range.clone()];
                 let (rows, k, scale) = (*rows, *k, *scale);
-                let cols: Vec<Vec<f32>> = (0..rows)
-                    .into_par_iter()
+                // Rows in parallel, each converted once into a per-thread scratch row and
+                // multiplied with every token; results land row-major, then transpose.
+                let mut by_row = vec![0f32; rows * n];
+                by_row
+                    .par_chunks_mut(n)
+                    .enumerate()
                     .with_min_len(256)
-                    .map(|r| {
-                        let row: Vec<f32> = data[r * k * 2..(r + 1) * k * 2]
-                            .chunks_exact(2)
-                            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                            .collect();
-                        (0..n)
-                            .map(|t| ops::dot(&row, &x[t * k..(t + 1) * k]) * scale)
-                            .collect()
-                    })
-                    .collect();
-                for (r, c) in cols.into_iter().enumerate() {
-                    for (t, v) in c.into_iter().enumerate() {
+                    .for_each_init(
+                        || vec![0f32; k],
+                        |row, (r, out)| {
+                            for (v, c) in row
+                                .iter_mut()
+                                .zip(data[r * k * 2..(r + 1) * k * 2].chunks_exact(2))
+                            {
+                                *v = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
+                            }
+                            for (t, o) in out.iter_mut().enumerate() {
+                                *o = ops::dot(row, &x[t * k..(t + 1) * k]) * scale;
+                            }
+                        },
+                    );
+                for (r, vals) in by_row.chunks_exact(n).enumerate() {
+                    for (t, &v) in vals.iter().enumerate() {
                         y[t * rows + r] = v;
                     }
                 }
@@ -556,24 +564,13 @@ impl Model {
                 norm_heads(&mut q, &l.q_norm);
                 norm_heads(&mut k, &l.k_norm);
             }
-            for t in 0..n {
-                for hh in 0..nh {
-                    let off = t * qr + hh * d;
-                    ops::rope(
-                        &mut q[off..off + d],
-                        pos0 + t,
-                        &rope.inv_freq,
-                        rope.attention_factor,
-                    );
-                }
-                for hh in 0..nkv {
-                    let off = t * kvr + hh * d;
-                    ops::rope(
-                        &mut k[off..off + d],
-                        pos0 + t,
-                        &rope.inv_freq,
-                        rope.attention_factor,
-                    );
+            for (t, (qt, kt)) in q
+                .chunks_exact_mut(qr)
+                .zip(k.chunks_exact_mut(kvr))
+                .enumerate()
+            {
+                for head in qt.chunks_exact_mut(d).chain(kt.chunks_exact_mut(d)) {
+                    ops::rope(head, pos0 + t, &rope.inv_freq, rope.attention_factor);
                 }
             }
             if sp.qk_norm == QkNorm::AfterRope {

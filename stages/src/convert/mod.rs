@@ -525,24 +525,27 @@ fn write_plain(
         let r1 = (r0 + PLAIN_BATCH).min(rows);
         let mut vals = Vec::new();
         g.rows_f32(src, r0, r1, &mut vals)?;
-        let (bytes, err): (Vec<[u8; 2]>, Vec<Err2>) = vals
-            .par_chunks(k as usize)
-            .flat_map_iter(|row| {
-                row.iter().map(|&v| {
-                    // bf16(f32(v) × f32(√H)) for Gemma's embedding (q4nx-format §5).
+        // bf16(f32(v) × f32(√H)) for Gemma's embedding (q4nx-format §5), written straight into
+        // the output bytes; the error is reduced per row, not kept per element.
+        let mut flat = vec![0u8; vals.len() * 2];
+        let err = flat
+            .par_chunks_mut(2 * k as usize)
+            .zip(vals.par_chunks(k as usize))
+            .map(|(out, row)| {
+                let mut e = Err2::default();
+                for (o, &v) in out.chunks_exact_mut(2).zip(row) {
                     let t = match scale {
                         Some(s) => v * s,
                         None => v,
                     };
                     let b = bf16::from_f32(t);
-                    let mut e = Err2::default();
                     e.add(b.to_f32(), t);
-                    (b.to_le_bytes(), e)
-                })
+                    o.copy_from_slice(&b.to_le_bytes());
+                }
+                e
             })
-            .unzip();
-        total = err.into_iter().fold(total, Err2::merge);
-        let flat: Vec<u8> = bytes.into_iter().flatten().collect();
+            .reduce(Err2::default, Err2::merge);
+        total = total.merge(err);
         io(w, &flat, g.path())?;
         r0 = r1;
     }
