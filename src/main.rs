@@ -12,7 +12,8 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    cli::init_logging(&args.global);
+    let server = matches!(args.command, cli::Command::Serve(_));
+    cli::init_logging(&args.global, server);
     match cli::dispatch(args) {
         Ok(code) => code,
         Err(e) => {

@@ -227,15 +227,6 @@ fn a_folder_without_a_pack_is_refused_with_exit_code_1() {
 }
 
 #[test]
-fn what_is_not_built_exits_non_zero_and_says_so() {
-    let home = tempfile::tempdir().expect("tmp");
-    let out = run_in(home.path(), &["serve"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("the HTTP server are not built yet"), "{err}");
-}
-
-#[test]
 fn verification_against_a_gguf_passes_good_packs_and_refuses_the_broken_one() {
     let home = tempfile::tempdir().expect("tmp");
     let dir = fixture("gemma3-q41-quarter/rb16");

@@ -15,6 +15,8 @@ pub enum Prompt {
     Text(String),
     /// Messages through the chat template.
     Chat(Vec<Message>),
+    /// Token ids as given (no BOS added).
+    Tokens(Vec<u32>),
 }
 
 /// One generation request.
@@ -94,6 +96,16 @@ pub fn prompt_ids(model: &Model, text: &Text, p: &Prompt) -> Result<Vec<u32>> {
             Ok(ids)
         }
         Prompt::Chat(m) => text.encode(&text.render_chat(m)?, false),
+        Prompt::Tokens(ids) => match ids.iter().find(|&&t| t as usize >= model.spec.vocab) {
+            Some(t) => Err(Error::Request {
+                field: "prompt",
+                reason: format!(
+                    "token id {t} is outside the {}-token vocabulary",
+                    model.spec.vocab
+                ),
+            }),
+            None => Ok(ids.clone()),
+        },
     }
 }
 
@@ -111,6 +123,146 @@ fn held_back(s: &str, stops: &[String]) -> usize {
     best
 }
 
+/// What one sampled token produced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    /// The token sampled (absent when the budget was already spent).
+    pub token: Option<u32>,
+    /// Text that is final now (complete UTF-8, not a possible stop-string prefix); on the last
+    /// step, everything not emitted yet.
+    pub piece: String,
+    /// Set when this step ends the request.
+    pub finish: Option<Finish>,
+}
+
+/// One request's decoding state, independent of where its logits come from: sampling, EOS, the
+/// token budget, stop strings and UTF-8-safe streaming. [`generate`] drives it one sequence at a
+/// time; the server's scheduler drives many in one batch.
+pub struct Decoder {
+    sampler: Sampler,
+    seen: Vec<u32>,
+    out: Vec<u32>,
+    full: String,
+    emitted: usize,
+    max_tokens: usize,
+    stop: Vec<String>,
+}
+
+impl Decoder {
+    /// A decoder for `req` after the prompt `ids` (the repetition penalty sees the prompt).
+    pub fn new(ids: &[u32], req: &Request) -> Decoder {
+        Decoder {
+            sampler: Sampler::new(req.sampler.clone()),
+            seen: ids.to_vec(),
+            out: Vec::new(),
+            full: String::new(),
+            emitted: 0,
+            max_tokens: req.max_tokens,
+            stop: req.stop.clone(),
+        }
+    }
+
+    /// Tokens generated so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.out
+    }
+
+    /// The text so far (stop string excluded once found).
+    pub fn text(&self) -> &str {
+        &self.full
+    }
+
+    /// Samples from `logits` and says what to emit. `room` is whether the context can take one
+    /// more token after this one.
+    pub fn step(
+        &mut self,
+        model: &Model,
+        text: &Text,
+        logits: &mut [f32],
+        room: bool,
+    ) -> Result<Step> {
+        if self.out.len() >= self.max_tokens {
+            return Ok(self.finish(None, Finish::Length));
+        }
+        let next = self.sampler.pick(logits, &self.seen);
+        if model.spec.eos.contains(&next) {
+            return Ok(self.finish(Some(next), Finish::Stop));
+        }
+        self.out.push(next);
+        self.seen.push(next);
+        self.full = text.decode(&self.out)?;
+        if let Some(at) = self
+            .stop
+            .iter()
+            .filter_map(|s| self.full.find(s.as_str()))
+            .min()
+        {
+            self.full.truncate(at);
+            return Ok(self.finish(Some(next), Finish::Stop));
+        }
+        if self.out.len() >= self.max_tokens || !room {
+            return Ok(self.finish(Some(next), Finish::Length));
+        }
+        // Emit what is complete: no trailing U+FFFD of a partial byte sequence, no possible
+        // stop-string prefix.
+        let mut safe = self.full.len() - held_back(&self.full, &self.stop);
+        while safe > self.emitted && !self.full.is_char_boundary(safe) {
+            safe -= 1;
+        }
+        let piece = &self.full[self.emitted.min(safe)..safe];
+        let mut step = Step {
+            token: Some(next),
+            ..Step::default()
+        };
+        if !piece.is_empty() && !piece.ends_with('\u{FFFD}') {
+            step.piece = piece.to_string();
+            self.emitted = safe;
+        }
+        Ok(step)
+    }
+
+    fn finish(&mut self, token: Option<u32>, finish: Finish) -> Step {
+        let piece = self
+            .full
+            .get(self.emitted..)
+            .unwrap_or_default()
+            .to_string();
+        self.emitted = self.full.len();
+        Step {
+            token,
+            piece,
+            finish: Some(finish),
+        }
+    }
+}
+
+/// Tokenizes `req`'s prompt and checks it fits a `capacity`-token context with room for one
+/// generated token.
+pub fn checked_prompt(
+    model: &Model,
+    text: &Text,
+    req: &Request,
+    capacity: usize,
+) -> Result<Vec<u32>> {
+    let ids = prompt_ids(model, text, &req.prompt)?;
+    if ids.is_empty() {
+        return Err(Error::Request {
+            field: "prompt",
+            reason: "the prompt is empty".into(),
+        });
+    }
+    if ids.len() >= capacity {
+        return Err(Error::Request {
+            field: "prompt",
+            reason: format!(
+                "{} prompt tokens do not fit the {capacity}-token context",
+                ids.len()
+            ),
+        });
+    }
+    Ok(ids)
+}
+
 /// Runs `req` in `session` (which is reset), calling `on_text` with each new piece of text;
 /// `on_text` returns `false` to cancel.
 pub fn generate(
@@ -120,89 +272,35 @@ pub fn generate(
     req: &Request,
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Result<Generation> {
-    let ids = prompt_ids(model, text, &req.prompt)?;
-    if ids.is_empty() {
-        return Err(Error::Request {
-            field: "prompt",
-            reason: "the prompt is empty".into(),
-        });
-    }
-    if ids.len() >= session.capacity {
-        return Err(Error::Request {
-            field: "prompt",
-            reason: format!(
-                "{} prompt tokens do not fit the {}-token context",
-                ids.len(),
-                session.capacity
-            ),
-        });
-    }
+    let ids = checked_prompt(model, text, req, session.capacity)?;
     session.truncate(0);
-    let mut sampler = Sampler::new(req.sampler.clone());
+    let mut dec = Decoder::new(&ids, req);
     let t0 = Instant::now();
     let mut logits = model.forward(session, &ids, false)?;
-    let mut seen = ids.clone();
-    let mut out: Vec<u32> = Vec::new();
-    let mut emitted = 0usize;
-    let mut ttft = Duration::ZERO;
+    let mut ttft = None;
     let mut t_first = t0;
-    let mut finish = Finish::Length;
-    let mut full = String::new();
-    while out.len() < req.max_tokens {
-        let next = sampler.pick(&mut logits, &seen);
-        if out.is_empty() {
-            ttft = t0.elapsed();
+    let finish = loop {
+        let room = session.pos + 1 < session.capacity;
+        let st = dec.step(model, text, &mut logits, room)?;
+        if ttft.is_none() {
+            ttft = Some(t0.elapsed());
             t_first = Instant::now();
         }
-        if model.spec.eos.contains(&next) {
-            finish = Finish::Stop;
-            break;
+        if !st.piece.is_empty() && !on_text(&st.piece) {
+            break Finish::Cancelled;
         }
-        out.push(next);
-        seen.push(next);
-        full = text.decode(&out)?;
-        if let Some(at) = req.stop.iter().filter_map(|s| full.find(s.as_str())).min() {
-            full.truncate(at);
-            if full.len() > emitted && !on_text(&full[emitted..]) {
-                finish = Finish::Cancelled;
-                break;
-            }
-            emitted = full.len();
-            finish = Finish::Stop;
-            break;
+        match (st.finish, st.token) {
+            (Some(f), _) => break f,
+            (None, Some(t)) => logits = model.forward(session, &[t], false)?,
+            (None, None) => break Finish::Length,
         }
-        // Emit what is complete: no trailing U+FFFD of a partial byte sequence, no possible
-        // stop-string prefix.
-        let mut safe = full.len() - held_back(&full, &req.stop);
-        while safe > emitted && !full.is_char_boundary(safe) {
-            safe -= 1;
-        }
-        let piece = &full[emitted.min(safe)..safe];
-        if !piece.is_empty() && !piece.ends_with('\u{FFFD}') {
-            if !on_text(piece) {
-                finish = Finish::Cancelled;
-                break;
-            }
-            emitted = safe;
-        }
-        if out.len() >= req.max_tokens || session.pos + 1 >= session.capacity {
-            finish = Finish::Length;
-            break;
-        }
-        logits = model.forward(session, &[next], false)?;
-    }
-    if ttft.is_zero() {
-        ttft = t0.elapsed();
-    }
-    if finish != Finish::Cancelled && full.len() > emitted {
-        on_text(&full[emitted..]);
-    }
+    };
     Ok(Generation {
-        text: full,
-        tokens: out,
+        text: dec.full,
+        tokens: dec.out,
         prompt_tokens: ids.len(),
         finish,
-        time_to_first_token: ttft,
+        time_to_first_token: ttft.unwrap_or_else(|| t0.elapsed()),
         decode_time: t_first.elapsed(),
     })
 }

@@ -6,6 +6,7 @@
 //! generation loop ([`generate`]). It depends on no other onebit crate: everything the forward
 //! pass needs travels inside the pack.
 
+pub mod device;
 pub mod error;
 pub mod generate;
 pub mod kernels;
@@ -13,6 +14,8 @@ pub mod model;
 pub mod ops;
 pub mod pack;
 pub mod sample;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod spec;
 pub mod text;
 

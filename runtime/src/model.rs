@@ -85,6 +85,16 @@ pub struct Session {
 }
 
 impl Session {
+    /// A session with no cache (a placeholder while a real one is moved out).
+    pub(crate) fn empty() -> Session {
+        Session {
+            pos: 0,
+            capacity: 0,
+            k: Vec::new(),
+            v: Vec::new(),
+        }
+    }
+
     /// Forgets everything after position `pos` (keeps a shared prompt prefix).
     pub fn truncate(&mut self, pos: usize) {
         self.pos = self.pos.min(pos);
@@ -478,25 +488,67 @@ impl Model {
     /// Runs `tokens` at positions `s.pos..`, appending to the cache. Returns the logits of every
     /// token (`all`) or of the last one, row-major `[tokens][vocab]`.
     pub fn forward(&self, s: &mut Session, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
-        let sp = &self.spec;
         let n = tokens.len();
         if n == 0 {
             return Ok(Vec::new());
         }
-        if s.pos + n > s.capacity {
+        let rows: Vec<(usize, u32)> = tokens.iter().map(|&t| (0, t)).collect();
+        let want: Vec<usize> = if all { (0..n).collect() } else { vec![n - 1] };
+        self.forward_batch(&mut [s], &rows, &want)
+    }
+
+    /// Runs one batch of rows from several sequences at once: row `(i, token)` appends `token`
+    /// to `sessions[i]` at its next position (rows of one sequence in order). Every matrix is read
+    /// once for the whole batch, so decoding many sequences together costs little more than one
+    /// (continuous batching), and a prompt chunk can ride along with other sequences' decode rows.
+    /// Returns the logits of the rows in `want`, row-major `[want][vocab]`; each row's numbers are
+    /// exactly what a single-sequence [`Model::forward`] gives it.
+    pub fn forward_batch(
+        &self,
+        sessions: &mut [&mut Session],
+        rows: &[(usize, u32)],
+        want: &[usize],
+    ) -> Result<Vec<f32>> {
+        let sp = &self.spec;
+        let n = rows.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        // Each row's sequence and position; refuse before touching any cache.
+        let mut next: Vec<usize> = sessions.iter().map(|s| s.pos).collect();
+        let mut seq_pos = Vec::with_capacity(n);
+        for &(i, _) in rows {
+            let p = next.get_mut(i).ok_or_else(|| Error::Request {
+                field: "batch",
+                reason: format!("row names sequence {i} of {}", sessions.len()),
+            })?;
+            seq_pos.push((i, *p));
+            *p += 1;
+        }
+        for (s, &end) in sessions.iter().zip(&next) {
+            if end > s.capacity {
+                return Err(Error::Request {
+                    field: "context",
+                    reason: format!(
+                        "{} tokens in context plus {} new exceed the {}-token context",
+                        s.pos,
+                        end - s.pos,
+                        s.capacity
+                    ),
+                });
+            }
+        }
+        if let Some(&w) = want.iter().find(|&&w| w >= n) {
             return Err(Error::Request {
-                field: "context",
-                reason: format!(
-                    "{} tokens in context plus {n} new exceed the {}-token context",
-                    s.pos, s.capacity
-                ),
+                field: "batch",
+                reason: format!("logits asked for row {w} of {n}"),
             });
         }
         let (h, d, nh, nkv) = (sp.hidden, sp.head_dim, sp.heads, sp.kv_heads);
         let (qr, kvr) = (sp.q_rows(), sp.kv_rows());
         let emb = &self.pack.map()[self.embed.clone()];
         let mut x = vec![0f32; n * h];
-        for (t, &tok) in tokens.iter().enumerate() {
+        for (t, &(_, tok)) in rows.iter().enumerate() {
             let id = tok as usize;
             if id >= sp.vocab {
                 return Err(Error::Request {
@@ -511,7 +563,6 @@ impl Model {
                 x[t * h + j] = half::bf16::from_le_bytes([c[0], c[1]]).to_f32() * sp.embed_scale;
             }
         }
-        let pos0 = s.pos;
         let mut hbuf = vec![0f32; n * h];
         let mut q = vec![0f32; n * qr];
         let mut k = vec![0f32; n * kvr];
@@ -570,20 +621,27 @@ impl Model {
                 .enumerate()
             {
                 for head in qt.chunks_exact_mut(d).chain(kt.chunks_exact_mut(d)) {
-                    ops::rope(head, pos0 + t, &rope.inv_freq, rope.attention_factor);
+                    ops::rope(head, seq_pos[t].1, &rope.inv_freq, rope.attention_factor);
                 }
             }
             if sp.qk_norm == QkNorm::AfterRope {
                 norm_heads(&mut q, &l.q_norm);
                 norm_heads(&mut k, &l.k_norm);
             }
-            s.k[li][pos0 * kvr..(pos0 + n) * kvr].copy_from_slice(&k);
-            s.v[li][pos0 * kvr..(pos0 + n) * kvr].copy_from_slice(&v);
-            let (kc, vc) = (&s.k[li], &s.v[li]);
+            for (t, &(i, p)) in seq_pos.iter().enumerate() {
+                let s = &mut sessions[i];
+                s.k[li][p * kvr..(p + 1) * kvr].copy_from_slice(&k[t * kvr..(t + 1) * kvr]);
+                s.v[li][p * kvr..(p + 1) * kvr].copy_from_slice(&v[t * kvr..(t + 1) * kvr]);
+            }
+            let caches: Vec<(&[f32], &[f32])> = sessions
+                .iter()
+                .map(|s| (&s.k[li][..], &s.v[li][..]))
+                .collect();
             let group = nh / nkv.max(1);
             att.par_chunks_mut(d).enumerate().for_each(|(idx, out)| {
                 let (t, hh) = (idx / nh, idx % nh);
-                let p = pos0 + t;
+                let (i, p) = seq_pos[t];
+                let (kc, vc) = caches[i];
                 let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
                 let kvh = hh / group.max(1);
                 let qv = &q[t * qr + hh * d..t * qr + hh * d + d];
@@ -632,20 +690,21 @@ impl Model {
             self.matmul(&l.down, &g, n, &mut o);
             add_branch(&mut x, &mut o, l.post_ffn_norm.as_deref(), sp.eps);
         }
-        s.pos += n;
-        let rows: Vec<usize> = if all { (0..n).collect() } else { vec![n - 1] };
-        let mut xs = Vec::with_capacity(rows.len() * h);
-        for &t in &rows {
+        for (s, &end) in sessions.iter_mut().zip(&next) {
+            s.pos = end;
+        }
+        let mut xs = Vec::with_capacity(want.len() * h);
+        for &t in want {
             xs.extend_from_slice(&x[t * h..(t + 1) * h]);
         }
         ops::rmsnorm_inplace(&mut xs, &self.norm, sp.eps);
         if self.recording() {
             // Collecting statistics needs the head's inputs, not its outputs: skip the product.
-            self.record(&["lm_head.weight".to_string()], &xs, rows.len());
+            self.record(&["lm_head.weight".to_string()], &xs, want.len());
             return Ok(Vec::new());
         }
-        let mut logits = vec![0f32; rows.len() * sp.vocab];
-        self.matmul(&self.head, &xs, rows.len(), &mut logits);
+        let mut logits = vec![0f32; want.len() * sp.vocab];
+        self.matmul(&self.head, &xs, want.len(), &mut logits);
         if let Some(cap) = sp.final_softcap {
             for v in logits.iter_mut() {
                 *v = cap * (*v / cap).tanh();

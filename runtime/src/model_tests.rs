@@ -229,6 +229,64 @@ fn batched_prefill_leaves_exactly_the_logits_and_kv_of_single_steps() {
     assert_eq!(bits(&tail), bits(&all[5 * V..]));
 }
 
+#[test]
+fn a_mixed_batch_of_sequences_gives_each_exactly_its_single_sequence_numbers() {
+    let sp = spec(QkNorm::AfterRope, Act::Silu, false);
+    let (_d, m) = load(&sp);
+    let prompts: [&[u32]; 3] = [&[1, 5, 9], &[2, 40, 41, 42, 8], &[7]];
+    // Alone: each prompt, then two decode steps.
+    let mut alone = Vec::new();
+    for p in prompts {
+        let mut s = m.session(16);
+        let mut l = m.forward(&mut s, p, false).expect("prefill");
+        l.extend(m.forward(&mut s, &[11], false).expect("step"));
+        l.extend(m.forward(&mut s, &[12], false).expect("step"));
+        alone.push((l, s));
+    }
+    // Together: sequence 0 and 1 prefilled, then a batch with their decode rows and sequence
+    // 2's whole prompt, then one more batch of three decode rows.
+    let (mut a, mut b, mut c) = (m.session(16), m.session(16), m.session(16));
+    let mut got = vec![Vec::new(), Vec::new(), Vec::new()];
+    got[0] = m.forward(&mut a, prompts[0], false).expect("a");
+    got[1] = m.forward(&mut b, prompts[1], false).expect("b");
+    let rows = [(0, 11), (1, 11), (2, 7)];
+    let l = m
+        .forward_batch(&mut [&mut a, &mut b, &mut c], &rows, &[0, 1, 2])
+        .expect("mixed");
+    got[0].extend(&l[..V]);
+    got[1].extend(&l[V..2 * V]);
+    got[2] = l[2 * V..].to_vec();
+    let rows = [(2, 11), (0, 12), (1, 12)];
+    let l = m
+        .forward_batch(&mut [&mut a, &mut b, &mut c], &rows, &[0, 1, 2])
+        .expect("decode");
+    got[2].extend(&l[..V]);
+    got[0].extend(&l[V..2 * V]);
+    got[1].extend(&l[2 * V..]);
+    got[2].extend(m.forward(&mut c, &[12], false).expect("c"));
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (i, (s, (want, ws))) in [&a, &b, &c].iter().zip(&alone).enumerate() {
+        assert_eq!(bits(&got[i]), bits(want), "logits of sequence {i}");
+        assert_eq!(s.pos, ws.pos, "position of sequence {i}");
+        for l in 0..sp.layers.len() {
+            assert_eq!(bits(s.keys(l)), bits(ws.keys(l)), "keys {i}/{l}");
+            assert_eq!(bits(s.values(l)), bits(ws.values(l)), "values {i}/{l}");
+        }
+    }
+    // A batch that overflows one sequence's context is refused before any cache changes.
+    let mut full = m.session(2);
+    let mut other = m.session(8);
+    let err = m
+        .forward_batch(
+            &mut [&mut full, &mut other],
+            &[(1, 1), (0, 1), (0, 2), (0, 3)],
+            &[0],
+        )
+        .expect_err("overflow");
+    assert!(err.to_string().contains("2-token context"), "{err}");
+    assert_eq!((full.pos, other.pos), (0, 0));
+}
+
 /// The forward pass written from the definitions in f64 on dequantized weights.
 fn reference_forward(m: &Model, sp: &ModelSpec, toks: &[u32]) -> Vec<f64> {
     let pack = &m.pack;

@@ -7,9 +7,9 @@ pub mod generate;
 pub mod progress;
 pub mod run;
 pub mod semantics;
+pub mod serve;
 pub mod sql;
 pub mod status;
-pub mod unbuilt;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,6 +68,9 @@ pub struct Global {
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Log lines as JSON objects, one per line, with every field (for log collectors).
+    #[arg(long, global = true)]
+    pub log_json: bool,
 }
 
 impl Global {
@@ -103,7 +106,7 @@ pub enum Command {
     /// Convert a GGUF into a FastFlowLM NPU2 repository folder.
     Convert(convert::ConvertArgs),
     /// Serve verified packs over an OpenAI-compatible HTTP API.
-    Serve(unbuilt::ServeArgs),
+    Serve(serve::ServeArgs),
 }
 
 /// Runs the subcommand.
@@ -118,21 +121,27 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chat(a) => generate::chat(&cli.global, a),
         Command::Eval(a) => generate::eval(&cli.global, a),
         Command::Convert(a) => convert::exec(&cli.global, a),
-        Command::Serve(a) => unbuilt::serve(&cli.global, a),
+        Command::Serve(a) => serve::exec(&cli.global, a),
     }
 }
 
-/// Sends `tracing` to stderr at the level `-v` asks for, unless RUST_LOG says otherwise.
-pub fn init_logging(g: &Global) {
-    let level = match g.verbose {
-        0 => "warn",
-        1 => "info",
+/// Sends `tracing` to stderr at the level `-v` asks for, unless RUST_LOG says otherwise; a server
+/// logs each request (`info` for its own targets) even without `-v`.
+pub fn init_logging(g: &Global, server: bool) {
+    let level = match (g.verbose, server) {
+        (0, false) => "warn",
+        (0, true) => "warn,onebit::serve=info,onebit_runtime::server=info",
+        (1, _) => "info",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = if g.log_json {
+        fmt.json().try_init()
+    } else {
+        fmt.try_init()
+    };
 }

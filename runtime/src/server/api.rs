@@ -1,0 +1,527 @@
+//! The OpenAI wire format: request validation that names the offending field, error bodies in
+//! OpenAI's shape, and the response objects (`chat.completion`, `chat.completion.chunk`,
+//! `text_completion`). Requests are read from `serde_json::Value` rather than derived structs so
+//! every refusal can say which field and why, as OpenAI's API does (`param`).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::generate::{Finish, Prompt};
+use crate::sample::SamplerConfig;
+use crate::text::Message;
+
+/// An error reply: `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Human-readable reason.
+    pub message: String,
+    /// OpenAI's error type (`invalid_request_error`, …).
+    pub kind: &'static str,
+    /// The request field at fault.
+    pub param: Option<String>,
+    /// A machine-readable code.
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    /// 400 for `param`.
+    pub fn bad(param: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.into()),
+            code: None,
+        }
+    }
+
+    /// Any status without a field.
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+        }
+    }
+
+    /// Sets the machine-readable code.
+    pub fn with_code(mut self, code: &'static str) -> ApiError {
+        self.code = Some(code);
+        self
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            r.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        r
+    }
+}
+
+/// A validated completion request, chat or plain.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    /// The model the client named, if any.
+    pub model: Option<String>,
+    /// What to complete.
+    pub prompt: Prompt,
+    /// Token budget (`None`: until the context is full).
+    pub max_tokens: Option<usize>,
+    /// Sampling.
+    pub sampler: SamplerConfig,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Server-sent events.
+    pub stream: bool,
+    /// `stream_options.include_usage`: a last chunk with usage and no choices.
+    pub include_usage: bool,
+}
+
+/// Parses a body as JSON, saying where it broke.
+pub fn json_body(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("the body is not valid JSON: {e}"),
+        )
+        .with_code("invalid_json")
+    })?;
+    match v {
+        Value::Object(m) => Ok(m),
+        _ => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "the body must be a JSON object",
+        )
+        .with_code("invalid_json")),
+    }
+}
+
+fn num(b: &serde_json::Map<String, Value>, f: &str) -> Result<Option<f64>, ApiError> {
+    match b.get(f) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => Ok(n.as_f64()),
+        Some(v) => Err(ApiError::bad(f, format!("'{f}' must be a number, got {v}"))),
+    }
+}
+
+fn int(b: &serde_json::Map<String, Value>, f: &str) -> Result<Option<i64>, ApiError> {
+    match b.get(f) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Ok(Some(i)),
+            (None, Some(u)) => Ok(Some(i64::try_from(u).unwrap_or(i64::MAX))),
+            _ => Err(ApiError::bad(
+                f,
+                format!("'{f}' must be an integer, got {n}"),
+            )),
+        },
+        Some(v) => Err(ApiError::bad(
+            f,
+            format!("'{f}' must be an integer, got {v}"),
+        )),
+    }
+}
+
+fn flag(b: &serde_json::Map<String, Value>, f: &str) -> Result<bool, ApiError> {
+    match b.get(f) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(x)) => Ok(*x),
+        Some(v) => Err(ApiError::bad(
+            f,
+            format!("'{f}' must be a boolean, got {v}"),
+        )),
+    }
+}
+
+fn unsupported(
+    b: &serde_json::Map<String, Value>,
+    f: &str,
+    ok: impl Fn(&Value) -> bool,
+) -> Result<(), ApiError> {
+    match b.get(f) {
+        Some(v) if !v.is_null() && !ok(v) => Err(ApiError::bad(
+            f,
+            format!("'{f}' = {v} is not supported by this server"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The fields chat and plain completions share.
+fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, ApiError> {
+    let model = match b.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(v) => {
+            return Err(ApiError::bad(
+                "model",
+                format!("'model' must be a string, got {v}"),
+            ));
+        }
+    };
+    let mut max_tokens = None;
+    for f in ["max_tokens", "max_completion_tokens"] {
+        if let Some(n) = int(b, f)? {
+            if n < 0 {
+                return Err(ApiError::bad(
+                    f,
+                    format!("'{f}' must be at least 0, got {n}"),
+                ));
+            }
+            max_tokens = Some(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+    }
+    let temperature = num(b, "temperature")?.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(ApiError::bad(
+            "temperature",
+            format!("'temperature' must be between 0 and 2, got {temperature}"),
+        ));
+    }
+    let top_p = num(b, "top_p")?.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::bad(
+            "top_p",
+            format!("'top_p' must be in (0, 1], got {top_p}"),
+        ));
+    }
+    let top_k = int(b, "top_k")?.unwrap_or(0);
+    if top_k < 0 {
+        return Err(ApiError::bad(
+            "top_k",
+            format!("'top_k' must be at least 0, got {top_k}"),
+        ));
+    }
+    let repetition_penalty = num(b, "repetition_penalty")?.unwrap_or(1.0);
+    if repetition_penalty <= 0.0 {
+        return Err(ApiError::bad(
+            "repetition_penalty",
+            format!("'repetition_penalty' must be positive, got {repetition_penalty}"),
+        ));
+    }
+    let seed = match int(b, "seed")? {
+        Some(s) => s as u64,
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+    };
+    if let Some(n) = int(b, "n")?
+        && n != 1
+    {
+        return Err(ApiError::bad(
+            "n",
+            format!("only n = 1 is supported, got {n}"),
+        ));
+    }
+    let stop = match b.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => {
+            let mut out = Vec::new();
+            for (i, v) in a.iter().enumerate() {
+                match v {
+                    Value::String(s) if !s.is_empty() => out.push(s.clone()),
+                    _ => {
+                        return Err(ApiError::bad(
+                            format!("stop[{i}]"),
+                            format!("stop strings must be non-empty strings, got {v}"),
+                        ));
+                    }
+                }
+            }
+            if out.len() > 4 {
+                return Err(ApiError::bad(
+                    "stop",
+                    format!("at most 4 stop strings, got {}", out.len()),
+                ));
+            }
+            out
+        }
+        Some(v) => {
+            return Err(ApiError::bad(
+                "stop",
+                format!("'stop' must be a string or an array, got {v}"),
+            ));
+        }
+    };
+    for f in ["presence_penalty", "frequency_penalty"] {
+        let x = num(b, f)?.unwrap_or(0.0);
+        if x != 0.0 {
+            return Err(ApiError::bad(
+                f,
+                format!("'{f}' = {x} is not supported by this server (use repetition_penalty)"),
+            ));
+        }
+    }
+    unsupported(b, "logit_bias", |v| {
+        v.as_object().is_some_and(|m| m.is_empty())
+    })?;
+    unsupported(b, "best_of", |v| v.as_i64() == Some(1))?;
+    let stream = flag(b, "stream")?;
+    let include_usage = match b.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(o)) => match o.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(x)) => *x,
+            Some(v) => {
+                return Err(ApiError::bad(
+                    "stream_options.include_usage",
+                    format!("must be a boolean, got {v}"),
+                ));
+            }
+        },
+        Some(v) => {
+            return Err(ApiError::bad(
+                "stream_options",
+                format!("must be an object, got {v}"),
+            ));
+        }
+    };
+    Ok(Parsed {
+        model,
+        prompt,
+        max_tokens,
+        sampler: SamplerConfig {
+            temperature: temperature as f32,
+            top_k: top_k as usize,
+            top_p: top_p as f32,
+            repetition_penalty: repetition_penalty as f32,
+            seed,
+        },
+        stop,
+        stream,
+        include_usage,
+    })
+}
+
+/// A `/v1/chat/completions` body.
+pub fn chat(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
+    let msgs = match b.get("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
+        Some(Value::Array(_)) => return Err(ApiError::bad("messages", "'messages' is empty")),
+        None | Some(Value::Null) => {
+            return Err(ApiError::bad("messages", "'messages' is required"));
+        }
+        Some(v) => {
+            return Err(ApiError::bad(
+                "messages",
+                format!("'messages' must be an array, got {v}"),
+            ));
+        }
+    };
+    let mut out = Vec::with_capacity(msgs.len());
+    for (i, m) in msgs.iter().enumerate() {
+        let role = match m.get("role") {
+            Some(Value::String(r)) => r.as_str(),
+            _ => {
+                return Err(ApiError::bad(
+                    format!("messages[{i}].role"),
+                    "each message needs a string 'role'",
+                ));
+            }
+        };
+        let role = match role {
+            "system" | "developer" => "system",
+            "user" => "user",
+            "assistant" => "assistant",
+            other => {
+                return Err(ApiError::bad(
+                    format!("messages[{i}].role"),
+                    format!("unknown role '{other}' (system, developer, user or assistant)"),
+                ));
+            }
+        };
+        let content = match m.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) if role == "assistant" => String::new(),
+            Some(Value::Array(parts)) => {
+                let mut s = String::new();
+                for (j, p) in parts.iter().enumerate() {
+                    match (p.get("type").and_then(Value::as_str), p.get("text")) {
+                        (Some("text"), Some(Value::String(t))) => s.push_str(t),
+                        _ => {
+                            return Err(ApiError::bad(
+                                format!("messages[{i}].content[{j}]"),
+                                "only text content parts are supported",
+                            ));
+                        }
+                    }
+                }
+                s
+            }
+            _ => {
+                return Err(ApiError::bad(
+                    format!("messages[{i}].content"),
+                    "'content' must be a string or an array of text parts",
+                ));
+            }
+        };
+        out.push(Message {
+            role: role.to_string(),
+            content,
+        });
+    }
+    unsupported(b, "tools", |v| v.as_array().is_some_and(|a| a.is_empty()))?;
+    unsupported(b, "logprobs", |v| v == &Value::Bool(false))?;
+    unsupported(b, "response_format", |v| {
+        v.get("type").and_then(Value::as_str) == Some("text")
+    })?;
+    common(b, Prompt::Chat(out))
+}
+
+/// A `/v1/completions` body.
+pub fn completion(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
+    let prompt = match b.get("prompt") {
+        Some(Value::String(s)) => Prompt::Text(s.clone()),
+        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
+            Prompt::Text(a[0].as_str().unwrap_or_default().to_string())
+        }
+        Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_u64) => Prompt::Tokens(
+            a.iter()
+                .map(|v| {
+                    v.as_u64()
+                        .map_or(u32::MAX, |t| u32::try_from(t).unwrap_or(u32::MAX))
+                })
+                .collect(),
+        ),
+        None | Some(Value::Null) => return Err(ApiError::bad("prompt", "'prompt' is required")),
+        Some(v) => {
+            return Err(ApiError::bad(
+                "prompt",
+                format!(
+                    "'prompt' must be a string, one string in an array, or an array of token ids; got {}",
+                    kind_of(v)
+                ),
+            ));
+        }
+    };
+    unsupported(b, "echo", |v| v == &Value::Bool(false))?;
+    unsupported(b, "suffix", |v| v.as_str() == Some(""))?;
+    unsupported(b, "logprobs", |v| v.as_i64() == Some(0))?;
+    common(b, prompt)
+}
+
+fn kind_of(v: &Value) -> String {
+    match v {
+        Value::Array(a) => format!("an array of {} items", a.len()),
+        Value::Object(_) => "an object".into(),
+        other => other.to_string(),
+    }
+}
+
+/// `usage` of a reply.
+pub fn usage(prompt: usize, completion: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    })
+}
+
+/// OpenAI's `finish_reason` (a cancelled request has no reader left).
+pub fn finish_reason(f: Finish) -> &'static str {
+    match f {
+        Finish::Stop => "stop",
+        Finish::Length | Finish::Cancelled => "length",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(s: &str) -> serde_json::Map<String, Value> {
+        json_body(s.as_bytes()).expect("json")
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let cases = [
+            (
+                r#"{"messages":[{"role":"wizard","content":"x"}]}"#,
+                "messages[0].role",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":-1}"#,
+                "max_tokens",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"temperature":3}"#,
+                "temperature",
+            ),
+            (r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#, "n"),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"stop":[""]}"#,
+                "stop[0]",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":{"a":1}}]}"#,
+                "messages[0].content",
+            ),
+            (r#"{"messages":[]}"#, "messages"),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"frequency_penalty":1}"#,
+                "frequency_penalty",
+            ),
+        ];
+        for (s, field) in cases {
+            let e = chat(&body(s)).expect_err(s);
+            assert_eq!(e.param.as_deref(), Some(field), "{s}: {}", e.message);
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        }
+        let e = completion(&body(r#"{"prompt":{"x":1}}"#)).expect_err("object prompt");
+        assert_eq!(e.param.as_deref(), Some("prompt"));
+        let e = json_body(b"{\"prompt\": \"abc").expect_err("truncated");
+        assert_eq!(e.code, Some("invalid_json"));
+        let e = json_body(b"{\"prompt\": \"\xff\xfe\"}").expect_err("invalid utf-8");
+        assert_eq!(e.code, Some("invalid_json"));
+    }
+
+    #[test]
+    fn requests_parse_with_defaults_and_aliases() {
+        let p = chat(&body(
+            r#"{"model":"m","messages":[{"role":"developer","content":[{"type":"text","text":"be brief"}]},
+                {"role":"user","content":"hi"}],"max_completion_tokens":7,"temperature":0,"seed":3,
+                "stop":"\n","stream":true,"stream_options":{"include_usage":true}}"#,
+        ))
+        .expect("chat");
+        let Prompt::Chat(m) = &p.prompt else {
+            panic!("not chat: {:?}", p.prompt)
+        };
+        assert_eq!(
+            (m[0].role.as_str(), m[0].content.as_str()),
+            ("system", "be brief")
+        );
+        assert_eq!(p.max_tokens, Some(7));
+        assert_eq!((p.sampler.temperature, p.sampler.seed), (0.0, 3));
+        assert_eq!(p.stop, vec!["\n".to_string()]);
+        assert!(p.stream && p.include_usage);
+        let p = completion(&body(r#"{"prompt":[1,2,3]}"#)).expect("tokens");
+        assert!(matches!(p.prompt, Prompt::Tokens(ref t) if t == &[1, 2, 3]));
+        assert_eq!(p.sampler.temperature, 1.0, "OpenAI's default temperature");
+    }
+}

@@ -1,0 +1,702 @@
+//! The OpenAI-compatible HTTP server behind `onebit-pipe serve` (feature `server`).
+//!
+//! Routes: `GET /health` (503 while loading, 200 when ready), `GET /v1/models[/{id}]`,
+//! `POST /v1/chat/completions` and `POST /v1/completions` (JSON or server-sent events ending
+//! in `data: [DONE]`), `GET /metrics` (Prometheus text). Requests are validated in [`api`],
+//! run by the continuous-batching [`scheduler`], and counted in [`metrics`]. The server binds
+//! and answers `/health` before the model is loaded, so a supervisor can watch it come up.
+
+pub mod api;
+pub mod metrics;
+pub mod scheduler;
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::error::Error;
+use crate::generate::{Request as GenRequest, checked_prompt};
+use api::{ApiError, Parsed};
+pub use metrics::Metrics;
+use scheduler::{Busy, Event, Job, Scheduler, Summary};
+pub use scheduler::{Engine, Limits};
+
+/// How the server behaves; fixed at start.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The model id clients see (`--alias`); `None`: the pack's source repository.
+    pub alias: Option<String>,
+    /// Required bearer token, if any.
+    pub api_key: Option<String>,
+    /// Largest request body in bytes (413 beyond).
+    pub max_body: usize,
+    /// Scheduler limits; `ctx` 0 means min(model context, [`DEFAULT_CTX`]).
+    pub limits: Limits,
+}
+
+/// Context per sequence when none is asked for and the model allows more.
+pub const DEFAULT_CTX: usize = 4096;
+
+/// Beyond this many bytes an oversized body is no longer drained before the 413 (the connection
+/// is closed instead).
+const DRAIN_CAP: u64 = 64 << 20;
+
+enum Phase {
+    Loading,
+    Ready(Arc<Ready>),
+    Failed(String),
+}
+
+struct Ready {
+    id: String,
+    limits: Limits,
+    fingerprint: String,
+    engine: Arc<Engine>,
+    scheduler: Scheduler,
+}
+
+/// Shared server state: the loading phase, options, metrics.
+pub struct Server {
+    phase: RwLock<Phase>,
+    opts: Options,
+    metrics: Arc<Metrics>,
+    next_id: AtomicU64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Chat,
+    Text,
+}
+
+impl Kind {
+    fn route(self) -> &'static str {
+        match self {
+            Kind::Chat => "/v1/chat/completions",
+            Kind::Text => "/v1/completions",
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Server {
+    /// A server that is still loading its model.
+    pub fn new(opts: Options) -> Arc<Server> {
+        Arc::new(Server {
+            phase: RwLock::new(Phase::Loading),
+            opts,
+            metrics: Arc::new(Metrics::new()),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// The model is loaded: start the scheduler and answer requests.
+    pub fn ready(&self, engine: Engine) {
+        let pv = &engine.model.pack.manifest.provenance;
+        let id = self.opts.alias.clone().unwrap_or_else(|| {
+            let src = std::path::Path::new(&pv.source);
+            if src.is_absolute() {
+                src.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| pv.source.clone())
+            } else {
+                pv.source.clone()
+            }
+        });
+        let fingerprint = pv
+            .stage_keys
+            .get("repack")
+            .or_else(|| pv.stage_keys.values().next())
+            .map(|k| format!("onebit-{}", &k[..k.len().min(12)]))
+            .unwrap_or_else(|| "onebit".into());
+        let mut limits = self.opts.limits;
+        if limits.ctx == 0 {
+            limits.ctx = engine.model.spec.context.min(DEFAULT_CTX);
+        }
+        let engine = Arc::new(engine);
+        let scheduler = Scheduler::start(engine.clone(), limits, self.metrics.clone());
+        tracing::info!(model = %id, slots = limits.slots, ctx = limits.ctx, "ready");
+        self.metrics.ready.set(1);
+        self.set(Phase::Ready(Arc::new(Ready {
+            id,
+            limits,
+            fingerprint,
+            engine,
+            scheduler,
+        })));
+    }
+
+    /// Loading failed: `/health` says why; completions answer 503.
+    pub fn failed(&self, why: String) {
+        self.set(Phase::Failed(why));
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn set(&self, p: Phase) {
+        match self.phase.write() {
+            Ok(mut g) => *g = p,
+            Err(poisoned) => *poisoned.into_inner() = p,
+        }
+    }
+
+    fn current(&self) -> Result<Arc<Ready>, ApiError> {
+        let g = match self.phase.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match &*g {
+            Phase::Ready(r) => Ok(r.clone()),
+            Phase::Loading => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "the model is loading",
+            )
+            .with_code("model_loading")),
+            Phase::Failed(e) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                format!("the model failed to load: {e}"),
+            )
+            .with_code("model_failed")),
+        }
+    }
+
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(key) = &self.opts.api_key else {
+            return Ok(());
+        };
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        // Compare without an early exit, so timing says nothing about the key.
+        let same = given.len() == key.len()
+            && given
+                .bytes()
+                .zip(key.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if same {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_request_error",
+                "incorrect or missing API key (send 'Authorization: Bearer <key>')",
+            )
+            .with_code("invalid_api_key"))
+        }
+    }
+
+    /// The router with every route, request metrics and logs.
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/health", get(health))
+            .route("/metrics", get(metrics_text))
+            .route("/v1/models", get(models))
+            .route("/v1/models/{*id}", get(model))
+            .route("/v1/chat/completions", post(chat_completions))
+            .route("/v1/completions", post(completions))
+            .fallback(not_found)
+            .layer(middleware::from_fn_with_state(self.clone(), observe))
+            .with_state(self.clone())
+    }
+
+    async fn complete(self: Arc<Self>, kind: Kind, headers: HeaderMap, body: Body) -> Response {
+        match self.clone().try_complete(kind, headers, body).await {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        }
+    }
+
+    async fn try_complete(
+        self: Arc<Self>,
+        kind: Kind,
+        headers: HeaderMap,
+        body: Body,
+    ) -> Result<Response, ApiError> {
+        let arrived = Instant::now();
+        self.authorize(&headers)?;
+        let ready = self.current()?;
+        let bytes = read_body(body, &headers, self.opts.max_body).await?;
+        let fields = api::json_body(&bytes)?;
+        let parsed = match kind {
+            Kind::Chat => api::chat(&fields)?,
+            Kind::Text => api::completion(&fields)?,
+        };
+        if let Some(m) = &parsed.model
+            && m != &ready.id
+        {
+            return Err(ApiError {
+                status: StatusCode::NOT_FOUND,
+                message: format!(
+                    "the model '{m}' does not exist here; this server serves '{}'",
+                    ready.id
+                ),
+                kind: "invalid_request_error",
+                param: Some("model".into()),
+                code: Some("model_not_found"),
+            });
+        }
+        let ctx = ready.limits.ctx;
+        let req = GenRequest {
+            prompt: parsed.prompt.clone(),
+            max_tokens: 0,
+            sampler: parsed.sampler.clone(),
+            stop: parsed.stop.clone(),
+        };
+        let engine = ready.engine.clone();
+        let ids = tokio::task::spawn_blocking(move || {
+            checked_prompt(&engine.model, &engine.text, &req, ctx).map(|ids| (ids, req))
+        })
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                e.to_string(),
+            )
+        })?;
+        let prompt_param = if kind == Kind::Chat {
+            "messages"
+        } else {
+            "prompt"
+        };
+        let (ids, mut req) = ids.map_err(|e| match e {
+            Error::Request { reason, .. } if reason.contains("context") => {
+                ApiError::bad(prompt_param, reason).with_code("context_length_exceeded")
+            }
+            Error::Request { reason, .. } => ApiError::bad(prompt_param, reason),
+            other => ApiError::bad(prompt_param, format!("cannot prepare the prompt: {other}")),
+        })?;
+        req.max_tokens = parsed.max_tokens.unwrap_or(ctx - ids.len());
+        let prompt_tokens = ids.len();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let job = Job {
+            ids,
+            req,
+            events: tx,
+            arrived,
+        };
+        ready.scheduler.submit(job).map_err(|b| match b {
+            Busy::Full => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                format!(
+                    "the server is busy: {} requests are running and {} waiting (--parallel, --queue)",
+                    ready.limits.slots, ready.limits.queue
+                ),
+            )
+            .with_code("server_overloaded"),
+            Busy::Stopped => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the scheduler has stopped",
+            ),
+        })?;
+        let id = format!(
+            "{}-{:x}{:06x}",
+            if kind == Kind::Chat {
+                "chatcmpl"
+            } else {
+                "cmpl"
+            },
+            now_secs(),
+            self.next_id.fetch_add(1, Ordering::Relaxed)
+        );
+        let reply = Reply {
+            kind,
+            id,
+            model: ready.id.clone(),
+            fingerprint: ready.fingerprint.clone(),
+            created: now_secs(),
+            arrived,
+            prompt_tokens,
+            summary: None,
+        };
+        if parsed.stream {
+            Ok(reply.stream(rx, &parsed))
+        } else {
+            reply.whole(rx).await
+        }
+    }
+}
+
+/// One reply in flight; logs and records latency when it ends (completed or dropped).
+struct Reply {
+    kind: Kind,
+    id: String,
+    model: String,
+    fingerprint: String,
+    created: u64,
+    arrived: Instant,
+    prompt_tokens: usize,
+    summary: Option<Summary>,
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        let route = self.kind.route();
+        match &self.summary {
+            Some(s) => tracing::info!(
+                target: "onebit::serve",
+                id = %self.id,
+                route,
+                prompt_tokens = s.prompt_tokens,
+                completion_tokens = s.completion_tokens,
+                finish = s.finish.as_str(),
+                ttft_ms = s.ttft.as_millis() as u64,
+                total_ms = self.arrived.elapsed().as_millis() as u64,
+                "completion"
+            ),
+            None => tracing::info!(
+                target: "onebit::serve",
+                id = %self.id,
+                route,
+                prompt_tokens = self.prompt_tokens,
+                total_ms = self.arrived.elapsed().as_millis() as u64,
+                "client gone before the end; slot freed"
+            ),
+        }
+    }
+}
+
+impl Reply {
+    fn chunk(&self, choice: Value, usage: Option<Value>) -> Value {
+        let object = match self.kind {
+            Kind::Chat => "chat.completion.chunk",
+            Kind::Text => "text_completion",
+        };
+        let mut v = json!({
+            "id": self.id,
+            "object": object,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": if choice.is_null() { json!([]) } else { json!([choice]) },
+        });
+        if let Some(u) = usage {
+            v["usage"] = u;
+        }
+        v
+    }
+
+    fn delta(&self, text: &str, finish: Option<&str>) -> Value {
+        match self.kind {
+            Kind::Chat => json!({
+                "index": 0,
+                "delta": if finish.is_some() && text.is_empty() { json!({}) } else { json!({"content": text}) },
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+            Kind::Text => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+            }
+        }
+    }
+
+    async fn whole(mut self, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
+        let mut text = String::new();
+        loop {
+            match rx.recv().await {
+                Some(Event::Text(t)) => text.push_str(&t),
+                Some(Event::Done(s)) => {
+                    self.summary = Some(s);
+                    let finish = api::finish_reason(s.finish);
+                    let choice = match self.kind {
+                        Kind::Chat => json!({
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "logprobs": null,
+                            "finish_reason": finish,
+                        }),
+                        Kind::Text => {
+                            json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+                        }
+                    };
+                    let object = match self.kind {
+                        Kind::Chat => "chat.completion",
+                        Kind::Text => "text_completion",
+                    };
+                    let body = json!({
+                        "id": self.id,
+                        "object": object,
+                        "created": self.created,
+                        "model": self.model,
+                        "system_fingerprint": self.fingerprint,
+                        "choices": [choice],
+                        "usage": api::usage(s.prompt_tokens, s.completion_tokens),
+                    });
+                    return Ok(axum::Json(body).into_response());
+                }
+                Some(Event::Failed(e)) => {
+                    return Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "server_error",
+                        e,
+                    ));
+                }
+                None => {
+                    return Err(ApiError::new(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "server_error",
+                        "the scheduler dropped the request",
+                    ));
+                }
+            }
+        }
+    }
+
+    fn stream(self, rx: UnboundedReceiver<Event>, parsed: &Parsed) -> Response {
+        let include_usage = parsed.include_usage;
+        // The first chunk of a chat stream carries the role, as OpenAI's does.
+        let mut first = Vec::new();
+        if self.kind == Kind::Chat {
+            first.push(
+                self.chunk(
+                    json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}),
+                    None,
+                )
+                .to_string(),
+            );
+        }
+        let state = (self, rx, std::collections::VecDeque::from(first), false);
+        let events = futures::stream::unfold(
+            state,
+            move |(mut reply, mut rx, mut pending, mut ended)| async move {
+                loop {
+                    if let Some(data) = pending.pop_front() {
+                        let ev = SseEvent::default().data(data);
+                        return Some((Ok::<_, Infallible>(ev), (reply, rx, pending, ended)));
+                    }
+                    if ended {
+                        return None;
+                    }
+                    match rx.recv().await {
+                        Some(Event::Text(t)) => {
+                            pending.push_back(reply.chunk(reply.delta(&t, None), None).to_string())
+                        }
+                        Some(Event::Done(s)) => {
+                            reply.summary = Some(s);
+                            let usage = api::usage(s.prompt_tokens, s.completion_tokens);
+                            let fin = api::finish_reason(s.finish);
+                            let last = reply.chunk(reply.delta("", Some(fin)), Some(usage.clone()));
+                            pending.push_back(last.to_string());
+                            if include_usage {
+                                pending
+                                    .push_back(reply.chunk(Value::Null, Some(usage)).to_string());
+                            }
+                            // The end marker is the bare word, not JSON.
+                            pending.push_back("[DONE]".into());
+                            ended = true;
+                        }
+                        Some(Event::Failed(e)) => {
+                            let err =
+                                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
+                            pending.push_back(err.body().to_string());
+                            ended = true;
+                        }
+                        None => return None,
+                    }
+                }
+            },
+        );
+        Sse::new(events)
+            .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+            .into_response()
+    }
+}
+
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_big = |n: u64| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!(
+                "the request body is {n} bytes; this server takes at most {limit} (--max-body)"
+            ),
+        )
+        .with_code("request_too_large")
+    };
+    if let Some(n) = declared
+        && n > DRAIN_CAP
+    {
+        return Err(too_big(n));
+    }
+    let mut data = body.into_data_stream();
+    let mut buf = Vec::new();
+    let mut seen = 0u64;
+    while let Some(chunk) = data.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!("cannot read the request body: {e}"),
+            )
+        })?;
+        seen += chunk.len() as u64;
+        if seen <= limit as u64 {
+            buf.extend_from_slice(&chunk);
+        } else if seen > DRAIN_CAP {
+            break;
+        }
+    }
+    if seen > limit as u64 {
+        return Err(too_big(declared.unwrap_or(seen)));
+    }
+    Ok(buf)
+}
+
+fn route_of(path: &str) -> &'static str {
+    match path {
+        "/health" => "/health",
+        "/metrics" => "/metrics",
+        "/v1/models" => "/v1/models",
+        "/v1/chat/completions" => "/v1/chat/completions",
+        "/v1/completions" => "/v1/completions",
+        p if p.starts_with("/v1/models/") => "/v1/models/{id}",
+        _ => "other",
+    }
+}
+
+async fn observe(State(s): State<Arc<Server>>, req: Request, next: Next) -> Response {
+    let t0 = Instant::now();
+    let method = req.method().clone();
+    let route = route_of(req.uri().path());
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    let seconds = t0.elapsed().as_secs_f64();
+    s.metrics.request(route, status, seconds);
+    tracing::debug!(target: "onebit::http", %method, route, status, ms = seconds * 1e3, "request");
+    resp
+}
+
+async fn health(State(s): State<Arc<Server>>) -> Response {
+    let g = match s.phase.read() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    match &*g {
+        Phase::Ready(r) => axum::Json(json!({"status": "ok", "model": r.id})).into_response(),
+        Phase::Loading => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "loading"})),
+        )
+            .into_response(),
+        Phase::Failed(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "failed", "error": e})),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics_text(State(s): State<Arc<Server>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+        .into_response()
+}
+
+fn model_object(r: &Ready) -> Value {
+    let sp = &r.engine.model.spec;
+    json!({
+        "id": r.id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "onebit-pipe",
+        "context_length": sp.context,
+        "meta": {"vocab": sp.vocab, "layers": sp.layers.len(), "hidden": sp.hidden},
+    })
+}
+
+async fn models(State(s): State<Arc<Server>>, headers: HeaderMap) -> Result<Response, ApiError> {
+    s.authorize(&headers)?;
+    let r = s.current()?;
+    Ok(axum::Json(json!({"object": "list", "data": [model_object(&r)]})).into_response())
+}
+
+async fn model(
+    State(s): State<Arc<Server>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    s.authorize(&headers)?;
+    let r = s.current()?;
+    if id != r.id {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!(
+                "the model '{id}' does not exist here; this server serves '{}'",
+                r.id
+            ),
+        )
+        .with_code("model_not_found"));
+    }
+    Ok(axum::Json(model_object(&r)).into_response())
+}
+
+async fn chat_completions(
+    State(s): State<Arc<Server>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    s.complete(Kind::Chat, headers, body).await
+}
+
+async fn completions(State(s): State<Arc<Server>>, headers: HeaderMap, body: Body) -> Response {
+    s.complete(Kind::Text, headers, body).await
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!("no route {} {}", req.method(), req.uri().path()),
+    )
+    .with_code("not_found")
+}
+
+/// Serves `server` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    server: Arc<Server>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, server.router())
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,300 @@
+//! Continuous batching. One thread owns every running sequence: each iteration it admits queued
+//! requests into free slots, drops sequences whose client went away (their KV cache goes back to
+//! the pool), and runs one [`Model::forward_batch`] holding a decode row for every sequence that
+//! is generating plus prompt chunks of sequences still being prefilled, up to a row budget. The
+//! weights are read once per iteration however many clients are decoding, which is what makes
+//! many concurrent streams cheap on a memory-bound CPU; chunked prefill keeps a long prompt from
+//! stalling everybody else's tokens.
+//!
+//! Bounded everywhere: `slots` sequences run at once (each with one `ctx`-token KV cache, pooled
+//! and reused, so memory stays flat), `queue` requests wait, and a full queue is refused at once.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::metrics::Metrics;
+use crate::generate::{Decoder, Finish, Request};
+use crate::model::{Model, Session};
+use crate::text::Text;
+
+/// The model and its text side, shared by the handlers (tokenizing) and the scheduler (running).
+pub struct Engine {
+    /// The loaded model.
+    pub model: Model,
+    /// Tokenizer and chat template.
+    pub text: Text,
+}
+
+/// Scheduler limits.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Sequences running at once.
+    pub slots: usize,
+    /// Requests waiting for a slot before new ones are refused.
+    pub queue: usize,
+    /// Rows per forward batch (decode rows + prompt chunk rows).
+    pub batch: usize,
+    /// Context per sequence, tokens.
+    pub ctx: usize,
+}
+
+/// What a request's stream receives.
+#[derive(Debug)]
+pub enum Event {
+    /// Final text, in order.
+    Text(String),
+    /// The end, with the counts.
+    Done(Summary),
+    /// The model failed on this request.
+    Failed(String),
+}
+
+/// Counts and timings of one finished generation.
+#[derive(Clone, Copy, Debug)]
+pub struct Summary {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens.
+    pub completion_tokens: usize,
+    /// Why it ended.
+    pub finish: Finish,
+    /// Arrival to first token.
+    pub ttft: Duration,
+}
+
+/// One admitted request.
+pub struct Job {
+    /// Prompt token ids (already checked to fit the context).
+    pub ids: Vec<u32>,
+    /// Budget, sampling, stop strings.
+    pub req: Request,
+    /// Where text goes; closed when the client is gone.
+    pub events: UnboundedSender<Event>,
+    /// When the request arrived.
+    pub arrived: Instant,
+}
+
+/// Why a job was not queued.
+#[derive(Debug)]
+pub enum Busy {
+    /// The queue is full.
+    Full,
+    /// The scheduler thread has stopped.
+    Stopped,
+}
+
+/// The handle the HTTP side submits through.
+pub struct Scheduler {
+    tx: SyncSender<Job>,
+    metrics: Arc<Metrics>,
+}
+
+struct Seq {
+    job: Job,
+    session: Session,
+    fed: usize,
+    dec: Decoder,
+    next: Option<u32>,
+    ttft: Option<Duration>,
+    last: Instant,
+}
+
+impl Scheduler {
+    /// Starts the scheduler thread over `engine`.
+    pub fn start(engine: Arc<Engine>, limits: Limits, metrics: Arc<Metrics>) -> Scheduler {
+        let (tx, rx) = std::sync::mpsc::sync_channel(limits.queue.max(1));
+        let m = metrics.clone();
+        std::thread::Builder::new()
+            .name("onebit-scheduler".into())
+            .spawn(move || run(&engine, limits, &m, rx))
+            .map(|_| ())
+            .unwrap_or_else(|e| tracing::error!(error = %e, "cannot start the scheduler thread"));
+        Scheduler { tx, metrics }
+    }
+
+    /// Queues `job`, or says why not (full queue: the caller answers 503 at once).
+    pub fn submit(&self, job: Job) -> Result<(), Busy> {
+        self.metrics.queued.inc();
+        self.tx.try_send(job).map_err(|e| {
+            self.metrics.queued.dec();
+            match e {
+                TrySendError::Full(_) => Busy::Full,
+                TrySendError::Disconnected(_) => Busy::Stopped,
+            }
+        })
+    }
+}
+
+fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
+    let mut active: Vec<Seq> = Vec::new();
+    let mut pool: Vec<Session> = Vec::new();
+    loop {
+        // Admit: block when idle, otherwise take what is waiting.
+        while active.len() < limits.slots {
+            let job = if active.is_empty() {
+                match rx.recv() {
+                    Ok(j) => j,
+                    Err(_) => return,
+                }
+            } else {
+                match rx.try_recv() {
+                    Ok(j) => j,
+                    Err(_) => break,
+                }
+            };
+            m.queued.dec();
+            if job.events.is_closed() {
+                m.finish(Finish::Cancelled.as_str());
+                continue;
+            }
+            let mut session = pool
+                .pop()
+                .unwrap_or_else(|| engine.model.session(limits.ctx));
+            session.truncate(0);
+            let dec = Decoder::new(&job.ids, &job.req);
+            active.push(Seq {
+                job,
+                session,
+                fed: 0,
+                dec,
+                next: None,
+                ttft: None,
+                last: Instant::now(),
+            });
+        }
+        // Clients that went away free their slot and cache now.
+        active.retain_mut(|s| {
+            if s.job.events.is_closed() {
+                m.finish(Finish::Cancelled.as_str());
+                pool.push(std::mem::replace(&mut s.session, Session::empty()));
+                false
+            } else {
+                true
+            }
+        });
+        m.running.set(active.len() as i64);
+        if active.is_empty() {
+            continue;
+        }
+        let step =
+            std::panic::catch_unwind(AssertUnwindSafe(|| iterate(engine, limits, m, &mut active)));
+        let done: Vec<usize> = match step {
+            Ok(done) => done,
+            Err(_) => {
+                tracing::error!("the model panicked; failing the running requests");
+                for s in &active {
+                    let _ = s
+                        .job
+                        .events
+                        .send(Event::Failed("internal error in the model".into()));
+                }
+                (0..active.len()).collect()
+            }
+        };
+        for &i in done.iter().rev() {
+            let s = active.swap_remove(i);
+            pool.push(s.session);
+        }
+    }
+}
+
+/// One forward batch; returns the indices of sequences that ended (ascending).
+fn iterate(engine: &Engine, limits: Limits, m: &Metrics, active: &mut [Seq]) -> Vec<usize> {
+    let mut rows: Vec<(usize, u32)> = Vec::new();
+    let mut want: Vec<(usize, usize)> = Vec::new(); // (row, sequence)
+    for (i, s) in active.iter().enumerate() {
+        if let Some(t) = s.next {
+            want.push((rows.len(), i));
+            rows.push((i, t));
+        }
+    }
+    let mut budget = limits.batch.saturating_sub(rows.len()).max(1);
+    let mut prefill = Vec::new();
+    for (i, s) in active.iter().enumerate() {
+        if budget == 0 {
+            break;
+        }
+        let left = s.job.ids.len() - s.fed;
+        if s.next.is_some() || left == 0 {
+            continue;
+        }
+        let take = left.min(budget);
+        rows.extend(s.job.ids[s.fed..s.fed + take].iter().map(|&t| (i, t)));
+        if take == left {
+            want.push((rows.len() - 1, i));
+        }
+        prefill.push((i, take));
+        budget -= take;
+    }
+    m.batch_rows.observe(rows.len() as f64);
+    let wanted: Vec<usize> = want.iter().map(|&(r, _)| r).collect();
+    let logits = {
+        let mut sessions: Vec<&mut Session> = active.iter_mut().map(|s| &mut s.session).collect();
+        engine.model.forward_batch(&mut sessions, &rows, &wanted)
+    };
+    let mut logits = match logits {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "forward batch failed");
+            for s in active.iter() {
+                let _ = s.job.events.send(Event::Failed(e.to_string()));
+            }
+            return (0..active.len()).collect();
+        }
+    };
+    for (i, take) in prefill {
+        active[i].fed += take;
+        m.prompt_tokens.inc_by(take as u64);
+    }
+    let vocab = engine.model.spec.vocab;
+    let mut done = Vec::new();
+    for (k, &(_, i)) in want.iter().enumerate() {
+        let s = &mut active[i];
+        let room = s.session.pos + 1 < s.session.capacity;
+        let l = &mut logits[k * vocab..(k + 1) * vocab];
+        let st = match s.dec.step(&engine.model, &engine.text, l, room) {
+            Ok(st) => st,
+            Err(e) => {
+                let _ = s.job.events.send(Event::Failed(e.to_string()));
+                m.finish("error");
+                done.push(i);
+                continue;
+            }
+        };
+        let now = Instant::now();
+        if s.ttft.is_none() {
+            let t = s.job.arrived.elapsed();
+            m.ttft.observe(t.as_secs_f64());
+            s.ttft = Some(t);
+        } else if st.token.is_some() {
+            m.inter_token
+                .observe(now.duration_since(s.last).as_secs_f64());
+        }
+        s.last = now;
+        if st.token.is_some() {
+            m.completion_tokens.inc();
+        }
+        if !st.piece.is_empty() {
+            let _ = s.job.events.send(Event::Text(st.piece));
+        }
+        match st.finish {
+            Some(f) => {
+                m.finish(f.as_str());
+                let _ = s.job.events.send(Event::Done(Summary {
+                    prompt_tokens: s.job.ids.len(),
+                    completion_tokens: s.dec.tokens().len(),
+                    finish: f,
+                    ttft: s.ttft.unwrap_or_default(),
+                }));
+                done.push(i);
+            }
+            None => s.next = st.token,
+        }
+    }
+    done.sort_unstable();
+    done
+}

@@ -1,0 +1,163 @@
+//! `onebit-pipe serve`: binds first (so `/health` answers 503 while loading), imports and loads
+//! the pack on a background thread, then serves the OpenAI-compatible API until Ctrl-C.
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use onebit_runtime::device::{DeviceChoice, find_npus};
+use onebit_runtime::server::{Engine, Limits, Options, Server};
+
+use super::Global;
+use super::generate::PackSource;
+
+/// Arguments of `serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The pack.
+    #[command(flatten)]
+    pub source: PackSource,
+    /// Address to bind (loopback unless you say otherwise).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Where to run: auto (NPU when usable, else the host, saying so), host, npu.
+    #[arg(long, default_value = "auto")]
+    pub device: DeviceChoice,
+    /// The model id clients use [default: the pack's source repository].
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Require `Authorization: Bearer KEY`.
+    #[arg(long, env = "ONEBIT_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Context per sequence in tokens [default: min(model context, 4096)].
+    #[arg(long)]
+    pub ctx_size: Option<usize>,
+    /// Sequences generated at once (each holds one KV cache).
+    #[arg(long, default_value_t = 8)]
+    pub parallel: usize,
+    /// Requests waiting for a slot before new ones get 503.
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Rows per forward batch (decode rows plus prompt chunks).
+    #[arg(long, default_value_t = 256)]
+    pub batch: usize,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 2 << 20)]
+    pub max_body: usize,
+    /// Worker threads for the model [default: all cores].
+    #[arg(long, short = 't')]
+    pub threads: Option<usize>,
+}
+
+/// Runs the server until Ctrl-C; exit 1 when the pack is refused, 2 on other failures.
+pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
+    match a.device {
+        DeviceChoice::Host => {}
+        DeviceChoice::Npu => {
+            let npus = find_npus().map_err(|why| {
+                anyhow::Error::new(super::Refused(format!("no XDNA NPU found: {why}")))
+            })?;
+            return Err(anyhow::Error::new(super::Refused(format!(
+                "an XDNA NPU was found ({}), but this build has no NPU backend; use --device host",
+                npus[0].node.display()
+            ))));
+        }
+        DeviceChoice::Auto => match find_npus() {
+            Err(why) => eprintln!("no XDNA NPU found ({why}); serving on the host CPU"),
+            Ok(n) => eprintln!(
+                "an XDNA NPU was found ({}), but this build has no NPU backend; serving on the host CPU",
+                n[0].node.display()
+            ),
+        },
+    }
+    if a.parallel == 0 || a.batch == 0 {
+        return Err(anyhow::Error::new(super::Refused(
+            "--parallel and --batch must be at least 1".into(),
+        )));
+    }
+    if let Some(t) = a.threads {
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global();
+    }
+    let addr = SocketAddr::new(a.host, a.port);
+    let std_listener =
+        std::net::TcpListener::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
+    std_listener.set_nonblocking(true)?;
+    let bound = std_listener.local_addr()?;
+    if !a.host.is_loopback() && a.api_key.is_none() {
+        eprintln!(
+            "warning: serving on {bound} without --api-key: anyone who can reach this address can use the model"
+        );
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    // ctx 0: decided from the model once it is loaded.
+    let limits = Limits {
+        slots: a.parallel,
+        queue: a.queue,
+        batch: a.batch,
+        ctx: a.ctx_size.unwrap_or(0),
+    };
+    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    let server = Server::new(Options {
+        alias: a.alias.clone(),
+        api_key: a.api_key.clone(),
+        max_body: a.max_body,
+        limits,
+    });
+    eprintln!(
+        "listening on http://{bound} (OpenAI API under /v1; /health says when the model is ready)"
+    );
+    let loader = {
+        let (server, g, source) = (server.clone(), g.clone(), a.source.clone());
+        std::thread::spawn(move || match source.load(&g) {
+            Ok((model, text)) => {
+                let engine = Engine { model, text };
+                eprintln!(
+                    "ready: {} on the host CPU",
+                    engine.model.pack.manifest.provenance.source
+                );
+                server.ready(engine);
+            }
+            Err(e) => {
+                server.failed(format!("{e:#}"));
+                let _ = fail_tx.send(e);
+            }
+        })
+    };
+    let result: anyhow::Result<()> = rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(std_listener)?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(onebit_runtime::server::serve(
+            listener,
+            server,
+            async move {
+                let _ = stop_rx.await;
+            },
+        ));
+        let outcome = tokio::select! {
+            _ = tokio::signal::ctrl_c() => Ok(()),
+            e = fail_rx => match e {
+                Ok(e) => Err(e),
+                // The loader finished without failing: wait for Ctrl-C.
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    Ok(())
+                }
+            },
+        };
+        let _ = stop_tx.send(());
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), serving).await;
+        outcome
+    });
+    drop(loader);
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    result.map(|()| ExitCode::SUCCESS)
+}

@@ -1,0 +1,440 @@
+//! `onebit-pipe serve` through its HTTP API, on a fixture pack: the routes, OpenAI-shaped
+//! errors for malformed input (each followed by a normal request), 50 clients that disconnect
+//! mid-stream, the API key, and the NPU refusal. Plain TCP, so every byte sent is under test.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn fixture(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/q4nx")
+        .join(case)
+}
+
+/// A running server; killed on drop.
+struct Served {
+    child: Child,
+    addr: SocketAddr,
+    _home: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The llama fixture with a ChatML template, served with `extra` arguments.
+fn serve(extra: &[&str]) -> Served {
+    let home = tempfile::tempdir().expect("tmp");
+    let repo = home.path().join("llama-q41");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    for f in ["config.json", "model.q4nx", "tokenizer.json"] {
+        std::fs::copy(fixture("llama-q41").join(f), repo.join(f)).expect("copy");
+    }
+    std::fs::write(
+        repo.join("chat_template.jinja"),
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}\
+         {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    )
+    .expect("template");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"))
+        .env("ONEBIT_HOME", home.path().join("home"))
+        .env("HF_HUB_OFFLINE", "1")
+        .args(["serve", "--port", "0", "--path"])
+        .arg(&repo)
+        .arg("--reference")
+        .arg(fixture("llama-q41/model.gguf"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("serve exited before listening")
+            .expect("stderr line");
+        if let Some(rest) = line.strip_prefix("listening on http://") {
+            let a = rest.split_whitespace().next().expect("address");
+            break a.parse::<SocketAddr>().expect("socket address");
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    let s = Served {
+        child,
+        addr,
+        _home: home,
+    };
+    let t0 = Instant::now();
+    loop {
+        let (status, _) = s.get("/health");
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503, "health while loading");
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "not ready in 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    s
+}
+
+/// Status, headers and (de-chunked) body of a raw HTTP/1.1 exchange.
+fn exchange(addr: SocketAddr, head: &str, body: &[u8]) -> (u16, String, Vec<u8>) {
+    let mut c = TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(120)))
+        .expect("timeout");
+    let mut w = c.try_clone().expect("clone");
+    let req = format!("{head}Host: {addr}\r\nConnection: close\r\n\r\n");
+    let body = body.to_vec();
+    // Write from another thread: a server that answers before reading everything must not
+    // deadlock the test.
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(req.as_bytes());
+        let _ = w.write_all(&body);
+    });
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    let _ = writer.join();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(&raw)));
+    let headers = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = headers
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let mut rest = raw[split + 4..].to_vec();
+    if headers
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while let Some(eol) = rest[at..].windows(2).position(|w| w == b"\r\n") {
+            let len_hex = String::from_utf8_lossy(&rest[at..at + eol])
+                .trim()
+                .to_string();
+            let len = usize::from_str_radix(&len_hex, 16).unwrap_or(0);
+            if len == 0 {
+                break;
+            }
+            let start = at + eol + 2;
+            out.extend_from_slice(&rest[start..(start + len).min(rest.len())]);
+            at = start + len + 2;
+            if at >= rest.len() {
+                break;
+            }
+        }
+        rest = out;
+    }
+    (status, headers, rest)
+}
+
+impl Served {
+    fn get(&self, path: &str) -> (u16, Vec<u8>) {
+        let (s, _, b) = exchange(self.addr, &format!("GET {path} HTTP/1.1\r\n"), b"");
+        (s, b)
+    }
+
+    fn post_raw(&self, path: &str, extra_headers: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra_headers}",
+            body.len()
+        );
+        let (s, _, b) = exchange(self.addr, &head, body);
+        (s, b)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (s, b) = self.post_raw(path, "", body.to_string().as_bytes());
+        (s, serde_json::from_slice(&b).unwrap_or(Value::Null))
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let (_, b) = self.get("/metrics");
+        String::from_utf8_lossy(&b)
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// The `data:` payloads of an SSE body.
+fn sse_data(body: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(body)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: ").map(str::to_string))
+        .collect()
+}
+
+fn completion(prompt: &str, n: u32, stream: bool) -> Value {
+    json!({"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": stream})
+}
+
+#[test]
+fn routes_answer_in_openai_shapes_and_streams_match_whole_replies() {
+    let s = serve(&[]);
+    let (st, body) = s.get("/v1/models");
+    assert_eq!(st, 200);
+    let models: Value = serde_json::from_slice(&body).expect("json");
+    let id = models["data"][0]["id"].as_str().expect("id").to_string();
+    assert_eq!(models["object"], "list");
+
+    // Plain completion, greedy: deterministic, counted.
+    let (st, a) = s.post("/v1/completions", &completion("the cat", 8, false));
+    assert_eq!(st, 200, "{a}");
+    let (_, b) = s.post("/v1/completions", &completion("the cat", 8, false));
+    assert_eq!(
+        a["choices"][0]["text"], b["choices"][0]["text"],
+        "greedy twice"
+    );
+    assert_eq!(a["object"], "text_completion");
+    let u = &a["usage"];
+    let (p, c) = (
+        u["prompt_tokens"].as_u64().expect("p"),
+        u["completion_tokens"].as_u64().expect("c"),
+    );
+    assert!(p >= 2 && (1..=8).contains(&c), "{u}");
+    assert_eq!(u["total_tokens"].as_u64(), Some(p + c));
+
+    // The same request streamed: same text, a final chunk with finish_reason and usage, [DONE].
+    let (st, raw) = s.post_raw(
+        "/v1/completions",
+        "",
+        completion("the cat", 8, true).to_string().as_bytes(),
+    );
+    assert_eq!(st, 200);
+    let data = sse_data(&raw);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).expect("chunk json"))
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(Some(text.as_str()), a["choices"][0]["text"].as_str());
+    let last = chunks.last().expect("final chunk");
+    assert_eq!(
+        last["choices"][0]["finish_reason"],
+        a["choices"][0]["finish_reason"]
+    );
+    assert_eq!(last["usage"], a["usage"]);
+
+    // Chat through the pack's template: the prompt is the rendered conversation.
+    let chat = json!({"model": id, "messages": [{"role": "system", "content": "be brief"},
+        {"role": "user", "content": "the cat"}], "max_tokens": 4, "temperature": 0});
+    let (st, r) = s.post("/v1/chat/completions", &chat);
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(r["object"], "chat.completion");
+    assert_eq!(r["choices"][0]["message"]["role"], "assistant");
+    // "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nthe cat<|im_end|>\n<|im_start|>assistant\n"
+    // is far longer than the raw words: the template was applied.
+    assert!(
+        r["usage"]["prompt_tokens"].as_u64().unwrap_or(0) > p + 6,
+        "{r}"
+    );
+    let mut streamed = chat.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let (st, raw) = s.post_raw("/v1/chat/completions", "", streamed.to_string().as_bytes());
+    assert_eq!(st, 200);
+    let data = sse_data(&raw);
+    let first: Value = serde_json::from_str(&data[0]).expect("first chunk");
+    assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+    let usage_only: Value = serde_json::from_str(&data[data.len() - 2]).expect("usage chunk");
+    assert_eq!(usage_only["choices"], json!([]));
+    assert_eq!(usage_only["usage"], r["usage"]);
+
+    // An unknown model is a 404 naming the field; the metrics saw every request.
+    let mut wrong = chat.clone();
+    wrong["model"] = json!("gpt-4o");
+    let (st, e) = s.post("/v1/chat/completions", &wrong);
+    assert_eq!(
+        (st, e["error"]["param"].as_str()),
+        (404, Some("model")),
+        "{e}"
+    );
+    assert!(s.metric("onebit_http_requests_total") >= 6.0);
+    assert!(s.metric("onebit_completion_tokens_total") >= 2.0);
+    let (st, m) = s.get("/metrics");
+    assert_eq!(st, 200);
+    assert!(String::from_utf8_lossy(&m).contains("onebit_time_to_first_token_seconds_bucket"));
+}
+
+#[test]
+fn malformed_requests_get_the_right_4xx_and_the_server_keeps_serving() {
+    let s = serve(&["--api-key", "sekrit"]);
+    let auth = "Authorization: Bearer sekrit\r\n";
+    let ok_body = completion("the cat", 3, false).to_string();
+    let big = format!(
+        r#"{{"prompt": "{}", "max_tokens": 1}}"#,
+        "a".repeat(10 << 20)
+    );
+    let cases: Vec<(&str, &str, Vec<u8>, u16, &str)> = vec![
+        (
+            "/v1/completions",
+            auth,
+            br#"{"prompt": "the cat", "max_tok"#.to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "/v1/completions",
+            auth,
+            big.into_bytes(),
+            413,
+            "request_too_large",
+        ),
+        (
+            "/v1/completions",
+            auth,
+            br#"{"prompt": "x", "max_tokens": -5}"#.to_vec(),
+            400,
+            "max_tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            auth,
+            br#"{"messages": [{"role": "wizard", "content": "x"}]}"#.to_vec(),
+            400,
+            "messages[0].role",
+        ),
+        (
+            "/v1/completions",
+            auth,
+            b"{\"prompt\": \"\xff\xfe caf\xc3\"}".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "/v1/completions",
+            auth,
+            br#"[1, 2]"#.to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "/v1/completions",
+            "Authorization: Bearer wrong\r\n",
+            ok_body.clone().into_bytes(),
+            401,
+            "invalid_api_key",
+        ),
+        (
+            "/v1/completions",
+            "",
+            ok_body.clone().into_bytes(),
+            401,
+            "invalid_api_key",
+        ),
+        ("/v1/nothing", auth, b"{}".to_vec(), 404, "not_found"),
+    ];
+    for (path, headers, body, want, what) in cases {
+        let (st, b) = s.post_raw(path, headers, &body);
+        let e: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+        assert_eq!(st, want, "{what}: {e}");
+        let err = &e["error"];
+        assert!(
+            err["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}: {e}"
+        );
+        assert!(
+            err["param"].as_str() == Some(what) || err["code"].as_str() == Some(what),
+            "{what}: {e}"
+        );
+        // Still serving after each.
+        let (st, r) = s.post_raw("/v1/completions", auth, ok_body.as_bytes());
+        assert_eq!(st, 200, "after {what}: {}", String::from_utf8_lossy(&r));
+    }
+    // A prompt beyond the context is refused by name before it is queued.
+    let long = json!({"prompt": "the cat ".repeat(3000), "max_tokens": 1});
+    let (st, b) = s.post_raw("/v1/completions", auth, long.to_string().as_bytes());
+    let e: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (400, Some("context_length_exceeded")),
+        "{e}"
+    );
+}
+
+#[test]
+fn fifty_clients_that_vanish_mid_stream_free_their_slots() {
+    let s = serve(&["--parallel", "4", "--ctx-size", "1024"]);
+    let addr = s.addr;
+    let clients: Vec<_> = (0..50)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let body = json!({"prompt": format!("the cat {i}"), "max_tokens": 900,
+                    "temperature": 1.0, "seed": i, "stream": true})
+                .to_string();
+                let mut c = TcpStream::connect(addr).expect("connect");
+                c.set_read_timeout(Some(Duration::from_secs(120))).expect("timeout");
+                write!(
+                    c,
+                    "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .expect("send");
+                // Read until the first generated text arrives, then hang up.
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !String::from_utf8_lossy(&seen).contains("\"text\"") {
+                    let n = c.read(&mut buf).expect("read");
+                    assert!(n > 0, "closed before any text");
+                    seen.extend_from_slice(&buf[..n]);
+                }
+                drop(c);
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("client");
+    }
+    // Every slot comes back, the cancellations are counted, and a normal request is served.
+    let t0 = Instant::now();
+    while s.metric("onebit_running_sequences") > 0.0 || s.metric("onebit_queued_requests") > 0.0 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "slots not freed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cancelled = s.metric("onebit_generations_total{reason=\"cancelled\"");
+    let (st, r) = s.post("/v1/completions", &completion("the cat", 4, false));
+    assert_eq!(st, 200, "{r}");
+    assert!(
+        cancelled >= 40.0,
+        "only {cancelled} of 50 were cancelled mid-stream"
+    );
+}
+
+#[test]
+fn serve_refuses_the_npu_by_name_when_there_is_none() {
+    if std::path::Path::new("/dev/accel").exists() {
+        return; // a machine with accelerators: the refusal below would not be the one tested
+    }
+    let home = tempfile::tempdir().expect("tmp");
+    let out = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"))
+        .env("ONEBIT_HOME", home.path())
+        .args(["serve", "--device", "npu", "--port", "0", "--pack"])
+        .arg(home.path())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no XDNA NPU found: /dev/accel"), "{err}");
+}

