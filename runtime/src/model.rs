@@ -391,6 +391,24 @@ impl Model {
         })
     }
 
+    /// Bytes of KV cache a `capacity`-token session holds.
+    pub fn session_bytes(&self, capacity: usize) -> usize {
+        2 * self.layers.len() * capacity * self.spec.kv_rows() * std::mem::size_of::<f32>()
+    }
+
+    /// A session whose cache pages are all resident now: a server's memory is then fixed when
+    /// it starts, not creeping up as sequences grow into untouched pages.
+    pub fn resident_session(&self, capacity: usize) -> Session {
+        let mut s = self.session(capacity);
+        for buf in s.k.iter_mut().chain(s.v.iter_mut()) {
+            // One write per 4 KiB page; black_box keeps the zero stores from being elided.
+            for i in (0..buf.len()).step_by(1024) {
+                buf[i] = std::hint::black_box(0.0);
+            }
+        }
+        s
+    }
+
     /// A fresh sequence with room for `capacity` tokens.
     pub fn session(&self, capacity: usize) -> Session {
         let kvr = self.spec.kv_rows();

@@ -246,7 +246,7 @@ fn a_mixed_batch_of_sequences_gives_each_exactly_its_single_sequence_numbers() {
     // Together: sequence 0 and 1 prefilled, then a batch with their decode rows and sequence
     // 2's whole prompt, then one more batch of three decode rows.
     let (mut a, mut b, mut c) = (m.session(16), m.session(16), m.session(16));
-    let mut got = vec![Vec::new(), Vec::new(), Vec::new()];
+    let mut got = [Vec::new(), Vec::new(), Vec::new()];
     got[0] = m.forward(&mut a, prompts[0], false).expect("a");
     got[1] = m.forward(&mut b, prompts[1], false).expect("b");
     let rows = [(0, 11), (1, 11), (2, 7)];

@@ -36,8 +36,9 @@ pub struct ServeArgs {
     /// Context per sequence in tokens [default: min(model context, 4096)].
     #[arg(long)]
     pub ctx_size: Option<usize>,
-    /// Sequences generated at once (each holds one KV cache).
-    #[arg(long, default_value_t = 8)]
+    /// Sequences generated at once (each holds one KV cache of --ctx-size tokens, allocated at
+    /// start).
+    #[arg(long, default_value_t = 4)]
     pub parallel: usize,
     /// Requests waiting for a slot before new ones get 503.
     #[arg(long, default_value_t = 64)]

@@ -2,7 +2,8 @@
 clients (the official `openai` async client) send chat requests back to back for SECONDS, then
 finish what is in flight. Reports requests/s, time to first token (p50/p99), tokens/s per stream
 and in total, and the server's resident memory sampled each second. Fails if any request failed
-or did not finish, or if memory grew after warm-up.
+or did not finish, or if memory grew over the second half of the run (a leak grows with
+requests served; the allocator's warm-up levels off).
 
 usage: load_test.py BASE_URL MODEL API_KEY SERVER_PID [CLIENTS] [SECONDS] [MAX_TOKENS]
 """
@@ -87,22 +88,24 @@ async def main():
     ttft = sorted(r["ttft"] for r in out)
     q = lambda xs, p: xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
     per_stream = [r["tokens"] / max(r["total"] - r["ttft"], 1e-9) for r in out if r["tokens"] > 1]
-    # Memory: after the first 20 % of the run (every slot and cache allocated) to the end.
-    warm = [m for t, m in samples if t - t0 >= 0.2 * seconds]
+    # Memory: a leak grows with requests served; allocator warm-up levels off. Compare the
+    # second half of the run with its start.
+    warm = [m for t, m in samples if t - t0 >= 0.5 * seconds]
     report = {
         "clients": clients, "seconds": round(wall, 1), "requests": len(out), "errors": len(errors),
         "completed": len(done), "requests_per_s": round(len(out) / wall, 3),
         "ttft_p50_s": round(q(ttft, 0.50), 3), "ttft_p99_s": round(q(ttft, 0.99), 3),
         "stream_tokens_per_s_p50": round(statistics.median(per_stream), 2) if per_stream else 0,
         "total_tokens_per_s": round(sum(r["tokens"] for r in out) / wall, 2),
-        "rss_mib_after_warmup": round(warm[0], 1) if warm else None,
+        "rss_mib_start": round(samples[0][1], 1),
+        "rss_mib_half": round(warm[0], 1) if warm else None,
         "rss_mib_max": round(max(m for _, m in samples), 1),
         "rss_mib_end": round(samples[-1][1], 1),
     }
     print(json.dumps(report))
     assert not errors, errors[:5]
     assert len(done) == len(out) and out, f"{len(out) - len(done)} responses did not finish"
-    assert warm and max(warm) - warm[0] < 64, f"memory grew after warm-up: {report}"
+    assert warm and max(warm) - warm[0] < 32, f"memory grew in the second half: {report}"
 
 
 asyncio.run(main())

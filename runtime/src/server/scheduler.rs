@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::Metrics;
-use crate::generate::{Decoder, Finish, Request};
+use rayon::prelude::*;
+
+use crate::generate::{Decoder, Finish, Request, Step};
 use crate::model::{Model, Session};
 use crate::text::Text;
 
@@ -131,7 +133,16 @@ impl Scheduler {
 
 fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
     let mut active: Vec<Seq> = Vec::new();
-    let mut pool: Vec<Session> = Vec::new();
+    // Every slot's cache up front: memory is fixed from the start and never grows with load.
+    let mut pool: Vec<Session> = (0..limits.slots)
+        .map(|_| engine.model.resident_session(limits.ctx))
+        .collect();
+    tracing::info!(
+        slots = limits.slots,
+        ctx = limits.ctx,
+        kv_mib = (limits.slots * engine.model.session_bytes(limits.ctx)) >> 20,
+        "KV caches allocated"
+    );
     loop {
         // Admit: block when idle, otherwise take what is waiting.
         while active.len() < limits.slots {
@@ -250,13 +261,30 @@ fn iterate(engine: &Engine, limits: Limits, m: &Metrics, active: &mut [Seq]) -> 
         active[i].fed += take;
         m.prompt_tokens.inc_by(take as u64);
     }
+    // Sample every sequence that got logits, in parallel (a full-vocabulary softmax each).
     let vocab = engine.model.spec.vocab;
-    let mut done = Vec::new();
+    let mut rows_of: Vec<Option<usize>> = vec![None; active.len()];
     for (k, &(_, i)) in want.iter().enumerate() {
+        rows_of[i] = Some(k);
+    }
+    let mut chunks: Vec<Option<&mut [f32]>> = logits.chunks_mut(vocab).map(Some).collect();
+    let mut targets = Vec::with_capacity(want.len());
+    for (i, s) in active.iter_mut().enumerate() {
+        if let Some(l) = rows_of[i].and_then(|k| chunks[k].take()) {
+            targets.push((i, s, l));
+        }
+    }
+    let steps: Vec<(usize, crate::Result<Step>)> = targets
+        .into_par_iter()
+        .map(|(i, s, l)| {
+            let room = s.session.pos + 1 < s.session.capacity;
+            (i, s.dec.step(&engine.model, &engine.text, l, room))
+        })
+        .collect();
+    let mut done = Vec::new();
+    for (i, st) in steps {
         let s = &mut active[i];
-        let room = s.session.pos + 1 < s.session.capacity;
-        let l = &mut logits[k * vocab..(k + 1) * vocab];
-        let st = match s.dec.step(&engine.model, &engine.text, l, room) {
+        let st = match st {
             Ok(st) => st,
             Err(e) => {
                 let _ = s.job.events.send(Event::Failed(e.to_string()));
