@@ -5,6 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --disable-pip-version-check numpy "gguf==0.19.0" huggingface_hub pyarrow "sentencepiece==0.2.3" protobuf "openai==3.57.0" >&2
+# XRT's headers (Debian's libxrt-dev) for the check of our AXLF offsets against xclbin.h.
+if [ ! -f /usr/include/xrt/xclbin.h ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q libxrt-dev uuid-dev >&2 ||
+    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libxrt-dev uuid-dev >&2; }; } ||
+    echo "note: libxrt-dev not installed; the AXLF offset check against xclbin.h will skip" >&2
+fi
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF
 log=$(mktemp)

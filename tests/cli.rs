@@ -194,7 +194,14 @@ fn every_fixture_imports_and_a_second_run_is_all_hits() {
         ran.sort();
         assert_eq!(
             ran,
-            ["dequant", "detect", "repack", "semantics", "verify"],
+            [
+                "dequant",
+                "detect",
+                "kernels",
+                "repack",
+                "semantics",
+                "verify"
+            ],
             "{case}"
         );
         let second = run_in(home.path(), &["--json", "run", "--path", p]);
@@ -204,7 +211,14 @@ fn every_fixture_imports_and_a_second_run_is_all_hits() {
         hit.sort();
         assert_eq!(
             hit,
-            ["dequant", "detect", "repack", "semantics", "verify"],
+            [
+                "dequant",
+                "detect",
+                "kernels",
+                "repack",
+                "semantics",
+                "verify"
+            ],
             "{case}"
         );
     }
@@ -246,10 +260,14 @@ fn verification_against_a_gguf_passes_good_packs_and_refuses_the_broken_one() {
     );
 
     // The same pack without the reference: detect and verify re-run (their input was removed),
-    // and repack after them (the verdict it carries changed); the rest hits.
+    // and repack after them (the verdict it carries changed), and the kernel set of the new pack;
+    // the rest hits.
     let again = run_in(home.path(), &["--json", "run", "--path", d]);
     let evs = events(&again);
-    assert_eq!(finished(&evs, "miss"), ["detect", "verify", "repack"]);
+    assert_eq!(
+        finished(&evs, "miss"),
+        ["detect", "verify", "repack", "kernels"]
+    );
     let verify = evs
         .iter()
         .find(|e| e["event"] == "stage_finished" && e["stage"] == "verify")
@@ -526,5 +544,103 @@ fn fixture_packs_generate_and_refuse_by_verdict_or_family() {
     assert!(
         err.contains("not verified") && err.contains("lm_head.weight"),
         "{err}"
+    );
+}
+
+/// A fake xclbin (AXLF as `xrt/xclbin.h` lays it out) listing `kernels`.
+fn xclbin(path: &Path, kernels: &[&str]) {
+    std::fs::write(
+        path,
+        onebit_stages::kernel_set::axlf::build([3; 16], kernels),
+    )
+    .expect("xclbin");
+}
+
+#[test]
+fn the_kernel_set_lists_shapes_and_refuses_a_kernel_directory_missing_one() {
+    let home = tempfile::tempdir().expect("tmp");
+    let (d, g) = (fixture("llama-q41"), fixture("llama-q41/model.gguf"));
+    let (d, g) = (d.to_str().expect("utf8"), g.to_str().expect("utf8"));
+    let base = [
+        "--json",
+        "kernels",
+        "--path",
+        d,
+        "--reference",
+        g,
+        "--batch",
+        "8",
+    ];
+    let out = run_in(home.path(), &base);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let set = events(&out).pop().expect("set");
+    let name = set["name"].as_str().expect("name").to_string();
+    assert!(
+        name.starts_with("kernels-") && name.ends_with("-b8"),
+        "{name}"
+    );
+    let shapes = set["shapes"].as_array().expect("shapes");
+    let kernels: Vec<&str> = shapes
+        .iter()
+        .filter_map(|s| s["npu_kernel"].as_str())
+        .collect();
+    // Decode (M = 1) and prefill (M = 8) shapes of every role, K and N on the tile grid.
+    assert!(
+        kernels.iter().any(|k| k.starts_with("gemv_1x")),
+        "{kernels:?}"
+    );
+    assert!(
+        kernels.iter().any(|k| k.starts_with("gemm_8x")),
+        "{kernels:?}"
+    );
+    for s in shapes {
+        assert_eq!(s["k_padded"].as_u64().unwrap_or(1) % 256, 0, "{s}");
+    }
+    assert_eq!(
+        set["host_self_check_max_rel"].as_f64().map(|r| r < 1e-4),
+        Some(true),
+        "{set}"
+    );
+
+    // A kernel directory providing every shape but one: refused, naming the missing one.
+    let kd = tempfile::tempdir().expect("tmp");
+    let (last, rest) = kernels.split_last().expect("shapes");
+    xclbin(&kd.path().join("a.xclbin"), rest);
+    xclbin(&kd.path().join("b.xclbin"), &[]);
+    let mut args: Vec<&str> = base.to_vec();
+    let kdir = kd.path().to_str().expect("utf8");
+    args.extend(["--kernel-dir", kdir]);
+    let out = run_in(home.path(), &args);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("no kernel for 1 of {} shapes", kernels.len())) && err.contains(last),
+        "{err}"
+    );
+    // With the last one added, every shape has its provider.
+    xclbin(&kd.path().join("b.xclbin"), &[last]);
+    let out = run_in(home.path(), &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let set = events(&out).pop().expect("set");
+    let providers: Vec<&str> = set["shapes"]
+        .as_array()
+        .expect("shapes")
+        .iter()
+        .filter_map(|s| s["npu_provider"].as_str())
+        .collect();
+    assert_eq!(providers.len(), kernels.len());
+    assert!(
+        providers.contains(&format!("b.xclbin:{last}").as_str()),
+        "{providers:?}"
     );
 }

@@ -8,6 +8,7 @@
 //! | `semantics`, `layers` | semantics stage `tables/` |
 //! | `tensors`, `tensor_stats`, `block_stats` | dequant stage `tables/` |
 //! | `verification` | verify stage `verification/verification.parquet` |
+//! | `kernels` | kernel-set stage `tables/kernels.parquet` |
 //! | `runs` | `runs/*.parquet` |
 //! | `cache` | store entries |
 
@@ -26,13 +27,14 @@ use onebit_pipeline::refs::list_refs;
 use crate::error::{Error, Result};
 
 /// A stage-written table: its name, the stage that writes it, and the file in the entry.
-pub const STAGE_TABLES: [(&str, &str, &str); 7] = [
+pub const STAGE_TABLES: [(&str, &str, &str); 8] = [
     ("files", "fetch", "files.parquet"),
     ("semantics", "semantics", "tables/semantics.parquet"),
     ("layers", "semantics", "tables/layers.parquet"),
     ("tensors", "dequant", "tables/tensors.parquet"),
     ("tensor_stats", "dequant", "tables/tensor_stats.parquet"),
     ("block_stats", "dequant", "tables/block_stats.parquet"),
+    ("kernels", "kernels", "tables/kernels.parquet"),
     (
         "verification",
         "verify",

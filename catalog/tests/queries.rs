@@ -29,8 +29,16 @@ fn text(catalog: &Catalog, sql: &str) -> String {
     String::from_utf8(out).expect("utf8")
 }
 
+/// Tests of this file run one at a time: one measures the process's peak RSS, which the others'
+/// imports (running in the same process) would inflate.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn every_example_query_returns_its_expected_rows() {
+    let _serial = serial();
     let (_home, store) = common::fixture_store();
     let catalog = Catalog::open(&store, &versions()).expect("catalog");
     // The same store seen by a build whose dequant stage is one version ahead (an upgrade).
@@ -74,6 +82,7 @@ fn every_example_query_returns_its_expected_rows() {
 
 #[test]
 fn sql_errors_point_at_the_position() {
+    let _serial = serial();
     let (_home, store) = common::fixture_store();
     let catalog = Catalog::open(&store, &versions()).expect("catalog");
     let e = catalog
@@ -164,6 +173,7 @@ impl Stage for ReaderStage {
 
 #[test]
 fn after_a_reader_fix_history_shows_which_tensors_changed() {
+    let _serial = serial();
     let home = tempfile::tempdir().expect("tmp");
     let store = Store::open(home.path()).expect("store");
     let dir = common::fixture("llama-q41");
@@ -225,6 +235,7 @@ fn peak_rss_kb() -> u64 {
 
 #[test]
 fn tensor_values_streams_a_100m_value_tensor_in_bounded_memory() {
+    let _serial = serial();
     // A synthetic pack: one 10240 x 10240 Q41_5120 head (104,857,600 values, 65.5 MB of tiles).
     let pack = tempfile::tempdir().expect("tmp");
     let (rows, k) = (10240u64, 10240u64);
@@ -290,6 +301,7 @@ fn tensor_values_streams_a_100m_value_tensor_in_bounded_memory() {
 #[test]
 #[ignore = "needs python3 with pyarrow: run scripts/test.sh"]
 fn another_engine_reads_the_parquet_tables_with_the_same_row_counts() {
+    let _serial = serial();
     let (_home, store) = common::fixture_store();
     let catalog = Catalog::open(&store, &versions()).expect("catalog");
     let refs = onebit_pipeline::refs::list_refs(&store).expect("refs");

@@ -4,6 +4,7 @@ pub mod convert;
 pub mod fetch;
 pub mod gc;
 pub mod generate;
+pub mod kernels;
 pub mod progress;
 pub mod run;
 pub mod semantics;
@@ -105,6 +106,8 @@ pub enum Command {
     Eval(generate::EvalArgs),
     /// Convert a GGUF into a FastFlowLM NPU2 repository folder.
     Convert(convert::ConvertArgs),
+    /// The kernel set of a pack: GEMM/GEMV shapes, host variant and self-check, NPU providers.
+    Kernels(kernels::KernelsArgs),
     /// Serve verified packs over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
 }
@@ -121,6 +124,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chat(a) => generate::chat(&cli.global, a),
         Command::Eval(a) => generate::eval(&cli.global, a),
         Command::Convert(a) => convert::exec(&cli.global, a),
+        Command::Kernels(a) => kernels::exec(&cli.global, a),
         Command::Serve(a) => serve::exec(&cli.global, a),
     }
 }

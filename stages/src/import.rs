@@ -403,6 +403,13 @@ pub fn verification_table(rows: &[VerifyRow]) -> Result<arrow_array::RecordBatch
     })
 }
 
+/// Environment variable naming a directory of NPU kernel artifacts (`*.xclbin`) besides the
+/// repository's own.
+pub const KERNEL_DIR_ENV: &str = "ONEBIT_KERNEL_DIR";
+
+/// Prefill batch the kernel set's GEMM shapes are sized for (the server's default `--batch`).
+pub const PREFILL_BATCH: u64 = 256;
+
 /// The current version of every import stage, for `status`.
 pub fn stage_versions() -> BTreeMap<String, u32> {
     BTreeMap::from([
@@ -411,6 +418,10 @@ pub fn stage_versions() -> BTreeMap<String, u32> {
         ("verify".to_string(), VerifyStage::VERSION),
         ("fetch".to_string(), crate::hub::stage::FetchStage::VERSION),
         ("repack".to_string(), crate::repack::RepackStage::VERSION),
+        (
+            "kernels".to_string(),
+            crate::kernel_set::KernelSetStage::VERSION,
+        ),
         (
             "semantics".to_string(),
             crate::semantics_stage::SemanticsStage::VERSION,
@@ -479,11 +490,21 @@ pub fn import_graph(source: &ImportSource) -> Result<Graph> {
     // The runtime pack needs the semantics (config.json) and a tokenizer.
     if config.is_some() && has("tokenizer.json") {
         stages.push(Arc::new(crate::repack::RepackStage {
-            extra,
+            extra: extra.clone(),
             dir: dir.clone(),
             source: source.ref_name(),
             revision: source.fetch.as_ref().map(|f| f.commit.clone()),
             reference: source.reference.clone(),
+        }));
+        // The kernel set: the repository's xclbins plus a configured kernel directory.
+        let mut dirs = vec![dir.clone()];
+        if let Some(k) = std::env::var_os(KERNEL_DIR_ENV) {
+            dirs.push(PathBuf::from(k));
+        }
+        stages.push(Arc::new(crate::kernel_set::KernelSetStage {
+            extra,
+            xclbins: crate::kernel_set::KernelSetStage::find_xclbins(&dirs),
+            batch: PREFILL_BATCH,
         }));
     }
     Graph::new(stages).map_err(|e| Error::Internal(e.to_string()))

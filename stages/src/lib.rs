@@ -19,6 +19,7 @@ pub mod geometry;
 pub mod gguf;
 pub mod hub;
 pub mod import;
+pub mod kernel_set;
 pub mod q4nx;
 pub mod reader;
 pub mod repack;

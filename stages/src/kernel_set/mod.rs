@@ -1,0 +1,356 @@
+//! The kernel-set stage: which matrix products a verified pack needs and what serves each one.
+//!
+//! From the pack's manifest (semantics and tile kinds) it derives every GEMM/GEMV shape the
+//! forward pass runs — per role (q, k, v, o, gate, up, down, head), M = 1 for decode and M =
+//! `batch` for prefill, K and N padded to the tile grid — and names the set from the shapes
+//! (`kernels-<hidden>-<ffn>-b<batch>`). For each shape it records:
+//! - on the host, the kernel variant the runtime picked (AVX2 or scalar) and the load-time
+//!   self-check of that variant on the pack's own weights;
+//! - on the NPU, the xclbin kernel that provides it, from the repository's `*.xclbin` files and an
+//!   optional kernel directory ([`axlf`] parses their headers). An NPU kernel provides a shape when
+//!   its name is `<op>_<M>x<K>x<N>` with the padded sizes.
+//!
+//! Output: `kernels.json` (the set, every shape, every artifact and its kernels) and
+//! `tables/kernels.parquet` (the catalog's `kernels` table).
+
+pub mod axlf;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
+use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_runtime::kernels::layout::TileLayout;
+use onebit_runtime::pack::Manifest;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// One matrix product the forward pass runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shape {
+    /// Rows of the activation (1 = decode GEMV, `batch` = prefill GEMM).
+    pub m: u64,
+    /// Inner dimension as the tensor has it.
+    pub k: u64,
+    /// Output features as the tensor has it.
+    pub n: u64,
+    /// K padded to the tile's column grid.
+    pub k_padded: u64,
+    /// N padded to the tile's row grid.
+    pub n_padded: u64,
+    /// Tile kind of the weights.
+    pub tile: String,
+    /// Roles served by this shape (`q`, `gate`, …) and how many tensors each.
+    pub roles: BTreeMap<String, u64>,
+    /// The NPU kernel name that provides it: `gemv_…` for M = 1, `gemm_…` otherwise.
+    pub npu_kernel: String,
+    /// The xclbin (and kernel) that provides it, if any.
+    pub npu_provider: Option<String>,
+}
+
+/// The stage's result.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KernelSet {
+    /// `kernels-<hidden>-<ffn>-b<batch>`.
+    pub name: String,
+    /// Prefill batch the GEMM shapes are sized for.
+    pub batch: u64,
+    /// Host kernel variant (`avx2`, `scalar`), or `none` when the host cannot run the pack.
+    pub host_variant: String,
+    /// Largest relative error of the host self-check on the pack's weights.
+    pub host_self_check_max_rel: Option<f32>,
+    /// Matrices the self-check covered.
+    pub host_self_check_matrices: u64,
+    /// Why the host cannot run the pack, if it cannot.
+    pub host_refusal: Option<String>,
+    /// Every shape.
+    pub shapes: Vec<Shape>,
+    /// xclbins looked at, with their kernels.
+    pub artifacts: Vec<(String, Vec<String>)>,
+}
+
+impl KernelSet {
+    /// Shapes no NPU artifact provides, by kernel name.
+    pub fn missing(&self) -> Vec<&str> {
+        self.shapes
+            .iter()
+            .filter(|s| s.npu_provider.is_none())
+            .map(|s| s.npu_kernel.as_str())
+            .collect()
+    }
+}
+
+fn role_of(name: &str) -> Option<&'static str> {
+    const ROLES: [(&str, &str); 8] = [
+        ("q_proj.weight", "q"),
+        ("k_proj.weight", "k"),
+        ("v_proj.weight", "v"),
+        ("o_proj.weight", "o"),
+        ("gate_proj.weight", "gate"),
+        ("up_proj.weight", "up"),
+        ("down_proj.weight", "down"),
+        ("lm_head.weight", "head"),
+    ];
+    ROLES
+        .iter()
+        .find(|(suffix, _)| name.ends_with(suffix))
+        .map(|&(_, r)| r)
+}
+
+/// The shapes of `manifest`'s tiled matrices at M = 1 and M = `batch`, and the set's name.
+pub fn shapes(manifest: &Manifest, batch: u64) -> Result<(String, Vec<Shape>)> {
+    let mut by_key: BTreeMap<(u64, u64, u64, String), Shape> = BTreeMap::new();
+    for (name, t) in &manifest.tensors {
+        let (Some(role), Some(layout)) = (role_of(name), TileLayout::by_name(&t.kind)) else {
+            continue;
+        };
+        let pad = |x: u64, g: usize| x.div_ceil(g as u64) * g as u64;
+        let (kp, np) = (pad(t.k, layout.cols), pad(t.rows, layout.rows));
+        for m in [1, batch] {
+            let s = by_key
+                .entry((m, kp, np, t.kind.clone()))
+                .or_insert_with(|| Shape {
+                    m,
+                    k: t.k,
+                    n: t.rows,
+                    k_padded: kp,
+                    n_padded: np,
+                    tile: t.kind.clone(),
+                    roles: BTreeMap::new(),
+                    npu_kernel: format!("{}_{m}x{kp}x{np}", if m == 1 { "gemv" } else { "gemm" }),
+                    npu_provider: None,
+                });
+            *s.roles.entry(role.to_string()).or_default() += 1;
+        }
+    }
+    // Named from the shapes themselves: hidden = K of the q projection, ffn = N of the gate.
+    let dim = |suffix: &str, f: fn(&onebit_runtime::pack::TensorEntry) -> u64| {
+        manifest
+            .tensors
+            .iter()
+            .find(|(n, _)| n.ends_with(suffix))
+            .map(|(_, t)| f(t))
+    };
+    let (Some(hidden), Some(ffn)) = (
+        dim("q_proj.weight", |t| t.k),
+        dim("gate_proj.weight", |t| t.rows),
+    ) else {
+        return Err(Error::Refused {
+            file: PathBuf::from("manifest.json"),
+            tensor: "q_proj/gate_proj".into(),
+            reason: "the pack has no attention or MLP projections to size kernels for".into(),
+        });
+    };
+    let name = format!("kernels-{hidden}-{ffn}-b{batch}");
+    // Decode shapes first, then prefill, each by size.
+    let mut v: Vec<Shape> = by_key.into_values().collect();
+    v.sort_by_key(|s| (s.m, s.k_padded, s.n_padded));
+    Ok((name, v))
+}
+
+/// Marks each shape with the artifact kernel that provides it.
+pub fn match_artifacts(shapes: &mut [Shape], artifacts: &[axlf::Xclbin]) {
+    for s in shapes {
+        s.npu_provider = artifacts.iter().find_map(|x| {
+            x.kernels.iter().find(|k| **k == s.npu_kernel).map(|k| {
+                format!(
+                    "{}:{k}",
+                    x.file
+                        .file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                )
+            })
+        });
+    }
+}
+
+/// The `kernels` table: one row per shape.
+pub fn kernels_table(set: &KernelSet) -> Result<RecordBatch> {
+    let s = &set.shapes;
+    let strs = |f: &dyn Fn(&Shape) -> String| -> ArrayRef {
+        Arc::new(StringArray::from(s.iter().map(f).collect::<Vec<_>>()))
+    };
+    let u64s = |f: &dyn Fn(&Shape) -> u64| -> ArrayRef {
+        Arc::new(UInt64Array::from(s.iter().map(f).collect::<Vec<_>>()))
+    };
+    let fields = vec![
+        Field::new("kernel_set", DataType::Utf8, false),
+        Field::new("m", DataType::UInt64, false),
+        Field::new("k", DataType::UInt64, false),
+        Field::new("n", DataType::UInt64, false),
+        Field::new("k_padded", DataType::UInt64, false),
+        Field::new("n_padded", DataType::UInt64, false),
+        Field::new("tile", DataType::Utf8, false),
+        Field::new("roles", DataType::Utf8, false),
+        Field::new("host_variant", DataType::Utf8, false),
+        Field::new("host_self_check_max_rel", DataType::Float32, true),
+        Field::new("npu_kernel", DataType::Utf8, false),
+        Field::new("npu_provider", DataType::Utf8, true),
+        Field::new("npu_ready", DataType::Boolean, false),
+    ];
+    let cols: Vec<ArrayRef> = vec![
+        strs(&|_| set.name.clone()),
+        u64s(&|x| x.m),
+        u64s(&|x| x.k),
+        u64s(&|x| x.n),
+        u64s(&|x| x.k_padded),
+        u64s(&|x| x.n_padded),
+        strs(&|x| x.tile.clone()),
+        strs(&|x| {
+            x.roles
+                .iter()
+                .map(|(r, c)| format!("{r}×{c}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        }),
+        strs(&|_| set.host_variant.clone()),
+        Arc::new(arrow_array::Float32Array::from(
+            vec![set.host_self_check_max_rel; s.len()],
+        )),
+        strs(&|x| x.npu_kernel.clone()),
+        Arc::new(StringArray::from(
+            s.iter().map(|x| x.npu_provider.clone()).collect::<Vec<_>>(),
+        )),
+        Arc::new(BooleanArray::from(
+            s.iter()
+                .map(|x| x.npu_provider.is_some())
+                .collect::<Vec<_>>(),
+        )),
+    ];
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(|e| Error::Table {
+        table: "kernels",
+        reason: e.to_string(),
+    })
+}
+
+/// Derives the kernel set of the pack in `pack_dir` with `artifacts` as the NPU's offer, running
+/// the host self-check on the pack's own weights.
+pub fn kernel_set(
+    pack_dir: &std::path::Path,
+    artifacts: &[axlf::Xclbin],
+    batch: u64,
+) -> Result<KernelSet> {
+    let refused = |e: onebit_runtime::Error| Error::Refused {
+        file: pack_dir.to_path_buf(),
+        tensor: "pack".into(),
+        reason: e.to_string(),
+    };
+    // The kernel set describes what a pack needs whatever its verdict or host support: read the
+    // manifest itself, then ask the runtime whether and how the host runs it.
+    let mpath = pack_dir.join("manifest.json");
+    let manifest: Manifest = std::fs::read(&mpath)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|e| Error::Refused {
+            file: mpath.clone(),
+            tensor: "manifest".into(),
+            reason: e,
+        })?;
+    let (name, mut shapes) = shapes(&manifest, batch)?;
+    match_artifacts(&mut shapes, artifacts);
+    // A failed self-check is an error: the host kernels would compute wrong numbers.
+    let loaded = onebit_runtime::Pack::open(pack_dir, true).and_then(onebit_runtime::Model::load);
+    let (host_variant, max_rel, matrices, host_refusal) = match loaded {
+        Ok(model) => {
+            let check = model.self_check().map_err(refused)?;
+            (
+                check.path.to_string(),
+                Some(check.max_rel),
+                check.matrices as u64,
+                None,
+            )
+        }
+        Err(e) => ("none".to_string(), None, 0, Some(e.to_string())),
+    };
+    Ok(KernelSet {
+        name,
+        batch,
+        host_variant,
+        host_self_check_max_rel: max_rel,
+        host_self_check_matrices: matrices,
+        host_refusal,
+        shapes,
+        artifacts: artifacts
+            .iter()
+            .map(|x| (x.file.display().to_string(), x.kernels.clone()))
+            .collect(),
+    })
+}
+
+/// The kernel-set stage (after repack). Inputs: the pack, and every xclbin of the repository and
+/// of the kernel directory, so adding or changing a kernel file re-runs only this stage.
+pub struct KernelSetStage {
+    /// Inputs every import stage carries (the fetch manifest).
+    pub extra: Vec<Input>,
+    /// xclbins found when the graph was built.
+    pub xclbins: Vec<PathBuf>,
+    /// Prefill batch.
+    pub batch: u64,
+}
+
+impl KernelSetStage {
+    /// Bumped when the output changes meaning.
+    pub const VERSION: u32 = 1;
+
+    /// `*.xclbin` files directly under each of `dirs`, sorted.
+    pub fn find_xclbins(dirs: &[PathBuf]) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = dirs
+            .iter()
+            .filter_map(|d| std::fs::read_dir(d).ok())
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "xclbin"))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Stage for KernelSetStage {
+    fn name(&self) -> &str {
+        "kernels"
+    }
+    fn version(&self) -> u32 {
+        Self::VERSION
+    }
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({ "batch": self.batch })
+    }
+    fn inputs(&self) -> Vec<Input> {
+        let mut v = vec![Input::artifact("pack", "repack", "pack")];
+        for (i, x) in self.xclbins.iter().enumerate() {
+            v.push(Input::external(&format!("xclbin{i}"), x.clone()));
+        }
+        v.extend(self.extra.iter().cloned());
+        v
+    }
+    fn outputs(&self) -> Vec<String> {
+        vec!["kernels.json".into(), "tables".into()]
+    }
+    fn run(&self, ctx: &mut StageContext<'_>) -> std::result::Result<(), StageError> {
+        let pack = ctx.input("pack")?.to_path_buf();
+        let mut artifacts = Vec::new();
+        for i in 0..self.xclbins.len() {
+            let f = ctx.input(&format!("xclbin{i}"))?.to_path_buf();
+            let b = std::fs::read(&f)?;
+            let mut x = axlf::parse(&self.xclbins[i], &b)?;
+            x.file = self.xclbins[i].clone();
+            artifacts.push(x);
+        }
+        let set = kernel_set(&pack, &artifacts, self.batch)?;
+        tracing::info!(set = %set.name, shapes = set.shapes.len(), missing = set.missing().len(), "kernel set");
+        std::fs::write(ctx.output("kernels.json"), serde_json::to_vec_pretty(&set)?)?;
+        let tables = ctx.output("tables");
+        std::fs::create_dir_all(&tables)?;
+        crate::dequant::write_parquet(
+            &tables.join("kernels.parquet"),
+            "kernels",
+            &kernels_table(&set)?,
+        )?;
+        Ok(())
+    }
+}
