@@ -5,11 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --disable-pip-version-check numpy "gguf==0.19.0" huggingface_hub pyarrow "sentencepiece==0.2.3" protobuf "openai==3.57.0" >&2
-# XRT's headers (Debian's libxrt-dev) for the check of our AXLF offsets against xclbin.h.
-if [ ! -f /usr/include/xrt/xclbin.h ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q libxrt-dev uuid-dev >&2 ||
-    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libxrt-dev uuid-dev >&2; }; } ||
-    echo "note: libxrt-dev not installed; the AXLF offset check against xclbin.h will skip" >&2
+# XRT (Debian's libxrt-dev) and libclang for the NPU feature (bindgen over the XRT shim) and for
+# the check of our AXLF offsets against xclbin.h.
+npu_deps="libxrt-dev uuid-dev libclang-dev"
+if { [ ! -f /usr/include/xrt/xclbin.h ] || ! ls /usr/lib/llvm-*/lib/libclang*.so >/dev/null 2>&1; } &&
+  command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q $npu_deps >&2 ||
+    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $npu_deps >&2; }; } ||
+    echo "note: $npu_deps not installed: the NPU feature is not tested" >&2
 fi
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF
@@ -17,5 +20,10 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # --lib --bins --tests: unit and integration tests (the crates carry no doctests).
 cargo test --workspace --no-fail-fast --lib --bins --tests -- --include-ignored 2>&1 | tee "$log"
+# The NPU feature: the XRT shim compiled, bindgen's bindings, linked against libxrt_coreutil.
+if [ -f /usr/include/xrt/xrt/xrt_device.h ]; then
+  cargo test -p onebit-runtime --features npu --lib 2>&1 | tee -a "$log"
+  cargo clippy -p onebit-runtime --features npu --all-targets -- -D warnings >&2
+fi
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "summary: %d passed, %d failed\n", p, f }' "$log"

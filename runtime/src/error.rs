@@ -46,6 +46,9 @@ pub enum Error {
     /// A bug in the runtime; please report it.
     #[error("internal error (a bug, please report it): {0}")]
     Internal(String),
+    /// The NPU is absent, or XRT refused an operation (its message).
+    #[error("{0}")]
+    Npu(String),
 }
 
 /// Result with the runtime's [`Error`].

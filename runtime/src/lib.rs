@@ -11,6 +11,7 @@ pub mod error;
 pub mod generate;
 pub mod kernels;
 pub mod model;
+pub mod npu;
 pub mod ops;
 pub mod pack;
 pub mod sample;

@@ -86,6 +86,7 @@ pub struct Session {
 
 impl Session {
     /// A session with no cache (a placeholder while a real one is moved out).
+    #[cfg(feature = "server")]
     pub(crate) fn empty() -> Session {
         Session {
             pos: 0,
