@@ -3,17 +3,11 @@
 //! `generate` on the host. Marked #[ignore] for needing the 253 MB GGUF; scripts/test.sh runs
 //! them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn gemma_gguf() -> PathBuf {
-    std::env::var_os("ONEBIT_GEMMA_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/onebit-models/gemma-3-270m-q4_k_m.gguf")
-        })
-}
+mod support;
+use support::gemma_gguf;
 
 fn bin(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"));

@@ -2,13 +2,15 @@
 //! errors for malformed input (each followed by a normal request), 50 clients that disconnect
 //! mid-stream, the API key, and the NPU refusal. Plain TCP, so every byte sent is under test.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+mod support;
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -44,31 +46,15 @@ fn serve(extra: &[&str]) -> Served {
          {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
     )
     .expect("template");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"))
-        .env("ONEBIT_HOME", home.path().join("home"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"));
+    cmd.env("ONEBIT_HOME", home.path().join("home"))
         .env("HF_HUB_OFFLINE", "1")
         .args(["serve", "--port", "0", "--path"])
         .arg(&repo)
         .arg("--reference")
         .arg(fixture("llama-q41/model.gguf"))
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn serve");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("serve exited before listening")
-            .expect("stderr line");
-        if let Some(rest) = line.strip_prefix("listening on http://") {
-            let a = rest.split_whitespace().next().expect("address");
-            break a.parse::<SocketAddr>().expect("socket address");
-        }
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+        .args(extra);
+    let (child, addr) = support::spawn_server(cmd);
     let s = Served {
         child,
         addr,

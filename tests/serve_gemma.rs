@@ -5,21 +5,14 @@
 //! ONEBIT_LOAD_SECONDS). Marked #[ignore] for needing the GGUF and the client; scripts/test.sh
 //! runs them.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn gemma_gguf() -> PathBuf {
-    std::env::var_os("ONEBIT_GEMMA_GGUF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/onebit-models/gemma-3-270m-q4_k_m.gguf")
-        })
-}
+mod support;
+use support::{gemma_gguf, spawn_server};
 
-fn support(name: &str) -> PathBuf {
+fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/support")
         .join(name)
@@ -60,8 +53,8 @@ fn openai_clients_chat_complete_and_load_the_demo_pack() {
     assert!(st.success());
 
     let key = "e2e-key";
-    let mut child = Command::new(bin)
-        .env("ONEBIT_HOME", &home)
+    let mut cmd = Command::new(bin);
+    cmd.env("ONEBIT_HOME", &home)
         .env("HF_HUB_OFFLINE", "1")
         .args([
             "-q",
@@ -76,19 +69,8 @@ fn openai_clients_chat_complete_and_load_the_demo_pack() {
         .args(["--api-key", key, "--alias", "gemma3-270m", "--path"])
         .arg(&repo)
         .arg("--reference")
-        .arg(gemma_gguf())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("serve");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let addr = loop {
-        let line = lines.next().expect("serve exited").expect("line");
-        if let Some(rest) = line.strip_prefix("listening on http://") {
-            break rest.split_whitespace().next().expect("addr").to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+        .arg(gemma_gguf());
+    let (mut child, addr) = spawn_server(cmd);
     let base = format!("http://{addr}/v1");
     let t0 = Instant::now();
     // Ready when the model list answers (503 while the pack is imported and loaded).
@@ -108,7 +90,7 @@ fn openai_clients_chat_complete_and_load_the_demo_pack() {
     }
 
     let e2e = python(&[
-        support("openai_e2e.py").to_str().expect("utf8"),
+        script("openai_e2e.py").to_str().expect("utf8"),
         &base,
         "gemma3-270m",
         key,
@@ -118,7 +100,7 @@ fn openai_clients_chat_complete_and_load_the_demo_pack() {
 
     let secs = std::env::var("ONEBIT_LOAD_SECONDS").unwrap_or_else(|_| "60".into());
     let report = python(&[
-        support("load_test.py").to_str().expect("utf8"),
+        script("load_test.py").to_str().expect("utf8"),
         &base,
         "gemma3-270m",
         key,

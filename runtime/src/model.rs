@@ -85,7 +85,7 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session with no cache (a placeholder while a real one is moved out).
+    /// A session without a cache: what stays in a finished slot once its cache is back in the pool.
     #[cfg(feature = "server")]
     pub(crate) fn empty() -> Session {
         Session {
