@@ -27,7 +27,7 @@ pub struct ServeArgs {
     /// Where to run: auto (NPU when usable, else the host, saying so), host, npu.
     #[arg(long, default_value = "auto")]
     pub device: DeviceChoice,
-    /// The model id clients use [default: the pack's source repository].
+    /// The model id clients use [default: --repo, else the pack's source].
     #[arg(long)]
     pub alias: Option<String>,
     /// Require `Authorization: Bearer KEY`.
@@ -108,7 +108,8 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     let server = Server::new(Options {
-        alias: a.alias.clone(),
+        // The id clients send: --alias, else the repository asked for, else the pack's source.
+        alias: a.alias.clone().or_else(|| a.source.repo.clone()),
         api_key: a.api_key.clone(),
         max_body: a.max_body,
         limits,
