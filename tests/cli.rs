@@ -34,6 +34,16 @@ fn finished<'a>(evs: &'a [Value], status: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// Every stage of an import with config.json and tokenizer.json, sorted.
+const IMPORT_STAGES: [&str; 6] = [
+    "dequant",
+    "detect",
+    "kernels",
+    "repack",
+    "semantics",
+    "verify",
+];
+
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/q4nx")
@@ -192,35 +202,13 @@ fn every_fixture_imports_and_a_second_run_is_all_hits() {
         let first = events(&first);
         let mut ran = finished(&first, "miss");
         ran.sort();
-        assert_eq!(
-            ran,
-            [
-                "dequant",
-                "detect",
-                "kernels",
-                "repack",
-                "semantics",
-                "verify"
-            ],
-            "{case}"
-        );
+        assert_eq!(ran, IMPORT_STAGES, "{case}");
         let second = run_in(home.path(), &["--json", "run", "--path", p]);
         assert_eq!(second.status.code(), Some(want));
         let second = events(&second);
         let mut hit = finished(&second, "hit");
         hit.sort();
-        assert_eq!(
-            hit,
-            [
-                "dequant",
-                "detect",
-                "kernels",
-                "repack",
-                "semantics",
-                "verify"
-            ],
-            "{case}"
-        );
+        assert_eq!(hit, IMPORT_STAGES, "{case}");
     }
 }
 

@@ -68,8 +68,8 @@ fn latency_hist() -> Histogram {
 impl Metrics {
     /// A registry with every metric under the `onebit_` prefix.
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("onebit");
-        let m = Metrics {
+        let mut m = Metrics {
+            registry: Registry::with_prefix("onebit"),
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_hist as fn() -> Histogram),
             prompt_tokens: Counter::default(),
@@ -81,8 +81,8 @@ impl Metrics {
             running: Gauge::default(),
             queued: Gauge::default(),
             ready: Gauge::default(),
-            registry: Registry::default(),
         };
+        let registry = &mut m.registry;
         registry.register(
             "http_requests",
             "HTTP requests by route and status",
@@ -134,7 +134,7 @@ impl Metrics {
             "1 once the model is loaded and serving",
             m.ready.clone(),
         );
-        Metrics { registry, ..m }
+        m
     }
 
     /// Counts one finished HTTP request.

@@ -386,10 +386,12 @@ impl Drop for Reply {
 }
 
 impl Reply {
-    fn chunk(&self, choice: Value, usage: Option<Value>) -> Value {
-        let object = match self.kind {
-            Kind::Chat => "chat.completion.chunk",
-            Kind::Text => "text_completion",
+    /// The reply object around `choice` (none when null): a stream chunk or the whole reply.
+    fn envelope(&self, choice: Value, usage: Option<Value>, stream: bool) -> Value {
+        let object = match (self.kind, stream) {
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Text, _) => "text_completion",
         };
         let mut v = json!({
             "id": self.id,
@@ -405,18 +407,33 @@ impl Reply {
         v
     }
 
-    fn delta(&self, text: &str, finish: Option<&str>) -> Value {
-        match self.kind {
-            Kind::Chat => json!({
+    fn chunk(&self, choice: Value, usage: Option<Value>) -> Value {
+        self.envelope(choice, usage, true)
+    }
+
+    /// One choice: a chat `delta` (stream) or `message` (whole), or a completion's `text`.
+    fn choice(&self, text: &str, finish: Option<&str>, stream: bool) -> Value {
+        match (self.kind, stream) {
+            (Kind::Chat, true) => json!({
                 "index": 0,
                 "delta": if finish.is_some() && text.is_empty() { json!({}) } else { json!({"content": text}) },
                 "logprobs": null,
                 "finish_reason": finish,
             }),
-            Kind::Text => {
+            (Kind::Chat, false) => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+            (Kind::Text, _) => {
                 json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
             }
         }
+    }
+
+    fn delta(&self, text: &str, finish: Option<&str>) -> Value {
+        self.choice(text, finish, true)
     }
 
     async fn whole(mut self, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
@@ -426,31 +443,9 @@ impl Reply {
                 Some(Event::Text(t)) => text.push_str(&t),
                 Some(Event::Done(s)) => {
                     self.summary = Some(s);
-                    let finish = api::finish_reason(s.finish);
-                    let choice = match self.kind {
-                        Kind::Chat => json!({
-                            "index": 0,
-                            "message": {"role": "assistant", "content": text},
-                            "logprobs": null,
-                            "finish_reason": finish,
-                        }),
-                        Kind::Text => {
-                            json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
-                        }
-                    };
-                    let object = match self.kind {
-                        Kind::Chat => "chat.completion",
-                        Kind::Text => "text_completion",
-                    };
-                    let body = json!({
-                        "id": self.id,
-                        "object": object,
-                        "created": self.created,
-                        "model": self.model,
-                        "system_fingerprint": self.fingerprint,
-                        "choices": [choice],
-                        "usage": api::usage(s.prompt_tokens, s.completion_tokens),
-                    });
+                    let finish = Some(api::finish_reason(s.finish));
+                    let usage = api::usage(s.prompt_tokens, s.completion_tokens);
+                    let body = self.envelope(self.choice(&text, finish, false), Some(usage), false);
                     return Ok(axum::Json(body).into_response());
                 }
                 Some(Event::Failed(e)) => {
