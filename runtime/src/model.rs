@@ -1,8 +1,11 @@
 //! The host forward pass: a decoder-only transformer driven by [`ModelSpec`] flags, on the pack's
 //! own tiles, with a KV cache and batched prefill.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
+use crate::backend::{Backend, Host};
 use crate::error::{Error, Result};
 use crate::kernels::{self, Path as KPath, QMatrix, TileLayout};
 use crate::ops;
@@ -63,6 +66,7 @@ pub struct Model {
     /// The model description.
     pub spec: ModelSpec,
     path: KPath,
+    backend: Arc<dyn Backend>,
     embed: std::ops::Range<usize>,
     layers: Vec<Layer>,
     norm: Vec<f32>,
@@ -292,6 +296,7 @@ impl Model {
             pack,
             spec,
             path,
+            backend: Arc::new(Host { path }),
             embed,
             layers,
             norm,
@@ -342,9 +347,19 @@ impl Model {
         self.stats.lock().map(|s| s.is_some()).unwrap_or(false)
     }
 
-    /// The kernel path in use.
+    /// The host kernel path in use (embedding-sized bf16 products and the self-check).
     pub fn kernel_path(&self) -> KPath {
         self.path
+    }
+
+    /// Runs the tiled products on `backend` from now on (the NPU backend, or its emulation).
+    pub fn set_backend(&mut self, backend: Arc<dyn Backend>) {
+        self.backend = backend;
+    }
+
+    /// The backend running the tiled products.
+    pub fn backend_name(&self) -> String {
+        self.backend.name()
     }
 
     fn all_weights(&self) -> Vec<&Weight> {
@@ -425,7 +440,7 @@ impl Model {
         }
     }
 
-    fn matmul(&self, w: &Weight, x: &[f32], n: usize, y: &mut [f32]) {
+    fn matmul(&self, w: &Weight, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
         match w {
             Weight::Tiled {
                 layout,
@@ -434,9 +449,9 @@ impl Model {
                 range,
             } => {
                 let data = &self.pack.map()[range.clone()];
-                if let Some(m) = QMatrix::new(*layout, *rows, *k, data) {
-                    m.matmul(self.path, x, n, y);
-                }
+                let m = QMatrix::new(*layout, *rows, *k, data)
+                    .ok_or_else(|| Error::Internal("matrix size changed".into()))?;
+                self.backend.matmul_many(&[m], x, n, &mut [y])
             }
             Weight::Bf16 {
                 rows,
@@ -472,13 +487,19 @@ impl Model {
                         y[t * rows + r] = v;
                     }
                 }
+                Ok(())
             }
         }
     }
 
-    /// `ys[i] = ws[i]·x` for weights sharing K, fused into one dispatch when all are tiled with
-    /// one tile width (the same arithmetic either way).
-    fn matmul_many(&self, ws: &[&Weight], x: &[f32], n: usize, ys: &mut [&mut [f32]]) {
+    /// `ys[i] = ws[i]·x` for weights sharing K: one backend call when all are tiled.
+    fn matmul_many(
+        &self,
+        ws: &[&Weight],
+        x: &[f32],
+        n: usize,
+        ys: &mut [&mut [f32]],
+    ) -> Result<()> {
         let mats: Vec<QMatrix<'_>> = ws
             .iter()
             .filter_map(|w| match w {
@@ -491,17 +512,13 @@ impl Model {
                 Weight::Bf16 { .. } => None,
             })
             .collect();
-        let fusable = mats.len() == ws.len()
-            && mats
-                .iter()
-                .all(|m| m.k == mats[0].k && m.layout.cols == mats[0].layout.cols);
-        if fusable {
-            kernels::matmul_many(self.path, &mats, x, n, ys);
-        } else {
-            for (w, y) in ws.iter().zip(ys.iter_mut()) {
-                self.matmul(w, x, n, y);
-            }
+        if mats.len() == ws.len() {
+            return self.backend.matmul_many(&mats, x, n, ys);
         }
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            self.matmul(w, x, n, y)?;
+        }
+        Ok(())
     }
 
     /// Runs `tokens` at positions `s.pos..`, appending to the cache. Returns the logits of every
@@ -611,7 +628,7 @@ impl Model {
                 &hbuf,
                 n,
                 &mut [&mut q[..], &mut k[..], &mut v[..]],
-            );
+            )?;
             for (buf, bias) in [
                 (&mut q, &l.q_bias),
                 (&mut k, &l.k_bias),
@@ -686,7 +703,7 @@ impl Model {
             if rec {
                 self.record(&[lname("self_attn.o_proj.weight")], &att, n);
             }
-            self.matmul(&l.o, &att, n, &mut o);
+            self.matmul(&l.o, &att, n, &mut o)?;
             add_branch(&mut x, &mut o, l.post_attn_norm.as_deref(), sp.eps);
             ops::rmsnorm(&x, &l.ffn_norm, sp.eps, &mut hbuf);
             if rec {
@@ -696,7 +713,7 @@ impl Model {
                     n,
                 );
             }
-            self.matmul_many(&[&l.gate, &l.up], &hbuf, n, &mut [&mut g[..], &mut u[..]]);
+            self.matmul_many(&[&l.gate, &l.up], &hbuf, n, &mut [&mut g[..], &mut u[..]])?;
             for (a, &b) in g.iter_mut().zip(&u) {
                 *a = match sp.act {
                     Act::Silu => ops::silu(*a),
@@ -706,7 +723,7 @@ impl Model {
             if rec {
                 self.record(&[lname("mlp.down_proj.weight")], &g, n);
             }
-            self.matmul(&l.down, &g, n, &mut o);
+            self.matmul(&l.down, &g, n, &mut o)?;
             add_branch(&mut x, &mut o, l.post_ffn_norm.as_deref(), sp.eps);
         }
         for (s, &end) in sessions.iter_mut().zip(&next) {
@@ -723,7 +740,7 @@ impl Model {
             return Ok(Vec::new());
         }
         let mut logits = vec![0f32; want.len() * sp.vocab];
-        self.matmul(&self.head, &xs, want.len(), &mut logits);
+        self.matmul(&self.head, &xs, want.len(), &mut logits)?;
         if let Some(cap) = sp.final_softcap {
             for v in logits.iter_mut() {
                 *v = cap * (*v / cap).tanh();

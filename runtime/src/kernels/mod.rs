@@ -7,9 +7,16 @@
 //! sequence of operations whatever the batch size, so a batched prefill produces bit-for-bit the
 //! values of token-by-token steps.
 //!
+//! 4-bit tiles take their activations as int8 ([`Activations`]): per token and 32-column group
+//! one f32 scale `amax/127` and 32 codes, as llama.cpp's `Q8_1` does. The inner sum is then an
+//! exact integer (`u8×i8` pair products, `maddubs` on AVX2), `y[r] += d[r,g]·dx[g]·Σ q·xq +
+//! m[r,g]·dx[g]·Σ xq`: exactly the product of the weights with the dequantized activations
+//! ([`Activations::effective`]), which is what the tests and the self-check compare against.
+//! 8-bit tiles keep f32 activations.
+//!
 //! Paths: AVX2+FMA (runtime-detected; 16-row sub-bands, even/odd nibbles in two registers) and a
-//! portable scalar path. [`self_check`] compares either with the reference decode on a pack's own
-//! weights at load.
+//! portable scalar path with the same formulas. [`self_check`] compares either with the reference
+//! decode on a pack's own weights at load.
 
 pub mod layout;
 mod scalar;
@@ -111,14 +118,11 @@ impl<'a> QMatrix<'a> {
     }
 
     /// One row block into `out[t·stride + local + r]`.
-    #[allow(clippy::too_many_arguments)]
     fn block(
         &self,
         path: Path,
         rb: usize,
-        xp: &[f32],
-        sx: &[f32],
-        n: usize,
+        a: &Activations,
         out: &mut [f32],
         stride: usize,
         local: usize,
@@ -128,10 +132,94 @@ impl<'a> QMatrix<'a> {
             Path::Avx2 => {
                 // SAFETY: `Path::Avx2` is only produced by `Path::detect` after checking the CPU
                 // for AVX2 and FMA.
-                unsafe { x86::block(self, rb, xp, sx, n, out, stride, local) }
+                unsafe { x86::block(self, rb, a, out, stride, local) }
             }
-            _ => scalar::block(self, rb, xp, sx, n, out, stride, local),
+            _ => scalar::block(self, rb, a, out, stride, local),
         }
+    }
+}
+
+/// Whether products with `layout` read int8 activations (4-bit codes) or f32 (8-bit codes).
+pub fn quantizes(layout: &TileLayout) -> bool {
+    !matches!(layout.codes, CodeKind::S8)
+}
+
+/// The activations of one call as every path reads them: `n` tokens padded to `kp` columns (pad
+/// = 0), their exact f32 group sums, and the int8 form — per (token, 32-column group) a scale
+/// `amax/127`, codes `round(x/scale)` and the codes' sum.
+#[derive(Clone, Debug, Default)]
+pub struct Activations {
+    /// Tokens.
+    pub n: usize,
+    /// Padded K.
+    pub kp: usize,
+    /// `n × kp` f32 values.
+    pub x: Vec<f32>,
+    /// `n × kp/32` exact f32 group sums.
+    pub sum: Vec<f32>,
+    /// `n × kp` int8 codes (empty unless quantized).
+    pub q: Vec<i8>,
+    /// `n × kp/32` int8 scales.
+    pub qd: Vec<f32>,
+    /// `n × kp/32` sums of the int8 codes.
+    pub qsum: Vec<i32>,
+}
+
+impl Activations {
+    /// Pads `x` (`n × k`) to `kp` columns, sums each group, and quantizes when `int8`.
+    pub fn new(x: &[f32], n: usize, k: usize, kp: usize, int8: bool) -> Activations {
+        let groups = kp / 32;
+        let mut a = Activations {
+            n,
+            kp,
+            x: vec![0f32; n * kp],
+            sum: vec![0f32; n * groups],
+            ..Activations::default()
+        };
+        for t in 0..n {
+            a.x[t * kp..t * kp + k].copy_from_slice(&x[t * k..(t + 1) * k]);
+        }
+        for (s, g) in a.sum.iter_mut().zip(a.x.chunks_exact(32)) {
+            *s = g.iter().sum();
+        }
+        if int8 {
+            a.q = vec![0i8; n * kp];
+            a.qd = vec![0f32; n * groups];
+            a.qsum = vec![0i32; n * groups];
+            for (((g, q), d), qs) in
+                a.x.chunks_exact(32)
+                    .zip(a.q.chunks_exact_mut(32))
+                    .zip(a.qd.iter_mut())
+                    .zip(a.qsum.iter_mut())
+            {
+                let amax = g.iter().fold(0f32, |m, v| m.max(v.abs()));
+                if amax > 0.0 && amax.is_finite() {
+                    *d = amax / 127.0;
+                    let inv = 127.0 / amax;
+                    for (o, &v) in q.iter_mut().zip(g) {
+                        *o = (v * inv).round().clamp(-127.0, 127.0) as i8;
+                    }
+                    *qs = q.iter().map(|&v| v as i32).sum();
+                } else if !amax.is_finite() {
+                    // Non-finite input: keep it visible in the result instead of hiding it.
+                    *d = f32::NAN;
+                }
+            }
+        }
+        a
+    }
+
+    /// The values a product reads, dequantized (`x` itself for f32 activations): the input of
+    /// the exact reference a kernel is checked against.
+    pub fn effective(&self) -> Vec<f32> {
+        if self.q.is_empty() {
+            return self.x.clone();
+        }
+        self.q
+            .chunks_exact(32)
+            .zip(&self.qd)
+            .flat_map(|(q, &d)| q.iter().map(move |&v| d * v as f32))
+            .collect()
     }
 }
 
@@ -150,16 +238,12 @@ pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &m
         assert_eq!(y.len(), n * m.rows, "output size");
     }
     assert_eq!(x.len(), n * k, "activation size");
-    let groups = kp / 32;
-    // Padded activations and their 32-column group sums, once per call.
-    let mut xp = vec![0f32; n * kp];
-    let mut sx = vec![0f32; n * groups];
-    for t in 0..n {
-        xp[t * kp..t * kp + k].copy_from_slice(&x[t * k..(t + 1) * k]);
-        for g in 0..groups {
-            sx[t * groups + g] = xp[t * kp + g * 32..t * kp + g * 32 + 32].iter().sum();
-        }
-    }
+    let acts = Activations::new(x, n, k, kp, quantizes(&first.layout));
+    assert!(
+        mats.iter()
+            .all(|m| quantizes(&m.layout) == quantizes(&first.layout)),
+        "matmul_many needs one activation form"
+    );
     // Tasks: (matrix, first row block, row blocks), ≈ 64 KiB of tiles each.
     let mut tasks = Vec::new();
     for (i, m) in mats.iter().enumerate() {
@@ -177,7 +261,7 @@ pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &m
             let nrows = (rb1 - rb0) * r_tile;
             let mut out = vec![0f32; n * nrows];
             for rb in rb0..rb1 {
-                m.block(path, rb, &xp, &sx, n, &mut out, nrows, (rb - rb0) * r_tile);
+                m.block(path, rb, &acts, &mut out, nrows, (rb - rb0) * r_tile);
             }
             (i, rb0, out)
         })
@@ -205,7 +289,8 @@ pub struct CheckResult {
 }
 
 /// Runs the kernel on a pseudo-random activation and compares the first and last row block with
-/// the reference decode (exact f64 dot products). Tolerance is the caller's.
+/// the reference decode (exact f64 dot products on the activations as the kernel reads them, so
+/// int8 activation rounding is not counted as kernel error). Tolerance is the caller's.
 pub fn self_check(m: &QMatrix<'_>, path: Path) -> CheckResult {
     let mut s = 0x9E37_79B9_7F4A_7C15u64;
     let x: Vec<f32> = (0..m.k)
@@ -218,6 +303,7 @@ pub fn self_check(m: &QMatrix<'_>, path: Path) -> CheckResult {
         .collect();
     let mut y = vec![0f32; m.rows];
     m.matmul(path, &x, 1, &mut y);
+    let x = Activations::new(&x, 1, m.k, m.k_padded(), quantizes(&m.layout)).effective();
     let r_tile = m.layout.rows;
     let mut rows: Vec<usize> = (0..r_tile.min(m.rows)).collect();
     rows.extend(m.rows.saturating_sub(r_tile)..m.rows);
@@ -274,7 +360,13 @@ pub(crate) mod tests {
         data
     }
 
+    /// Exact products on the activations as the kernels read them (see [`Activations`]).
     fn reference_matmul(m: &QMatrix<'_>, x: &[f32], n: usize) -> Vec<f64> {
+        let kp = m.k_padded();
+        let xe = Activations::new(x, n, m.k, kp, quantizes(&m.layout)).effective();
+        let x: Vec<f32> = (0..n)
+            .flat_map(|t| xe[t * kp..t * kp + m.k].iter().copied())
+            .collect();
         let mut y = vec![0f64; n * m.rows];
         let mut w = vec![0f32; m.k];
         for r in 0..m.rows {

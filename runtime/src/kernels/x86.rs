@@ -1,41 +1,192 @@
-//! AVX2 + FMA kernel. Each 16-row sub-band of a lane band is two registers of accumulators: for
-//! 4-bit codes the even rows (low nibbles) and the odd rows (high nibbles) of the column's 8
-//! bytes; for 8-bit codes rows 0–7 and 8–15 of its 16 bytes. Up to three tokens share each
-//! unpacked column.
+//! AVX2 + FMA kernels. Each 16-row sub-band of a lane band is two registers of accumulators: for
+//! 4-bit codes the even rows (low nibbles) and the odd rows (high nibbles) of a column's 8 bytes;
+//! for 8-bit codes rows 0–7 and 8–15 of its 16 bytes. Up to three tokens share each unpacked
+//! column.
+//!
+//! 4-bit codes × int8 activations ([`int8_tokens`]): four columns' 32 bytes are one register;
+//! a byte shuffle pairs each row's codes of two neighbouring columns, so `maddubs` (u8 × i8,
+//! adjacent pairs summed) yields per-row sums of two columns at once, kept in i16 for the 32
+//! columns of a group (|sum| ≤ 16·15·127 = 30,480 < 2¹⁵) and widened once per group.
 
 use std::arch::x86_64::*;
 
-use super::QMatrix;
 use super::layout::CodeKind;
+use super::{Activations, QMatrix};
 
 /// One row block (see `QMatrix::block`).
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn block(
     m: &QMatrix<'_>,
     rb: usize,
-    xp: &[f32],
-    sx: &[f32],
-    n: usize,
+    a: &Activations,
     out: &mut [f32],
     stride: usize,
     local: usize,
 ) {
+    let int8 = !matches!(m.layout.codes, CodeKind::S8);
     let mut t0 = 0;
-    while t0 < n {
-        let nt = (n - t0).min(3);
+    while t0 < a.n {
+        let nt = (a.n - t0).min(3);
         // SAFETY: same CPU contract as this function.
         unsafe {
-            match nt {
-                1 => tokens::<1>(m, rb, xp, sx, t0, out, stride, local),
-                2 => tokens::<2>(m, rb, xp, sx, t0, out, stride, local),
-                _ => tokens::<3>(m, rb, xp, sx, t0, out, stride, local),
+            match (int8, nt) {
+                (true, 1) => int8_tokens::<1>(m, rb, a, t0, out, stride, local),
+                (true, 2) => int8_tokens::<2>(m, rb, a, t0, out, stride, local),
+                (true, _) => int8_tokens::<3>(m, rb, a, t0, out, stride, local),
+                (false, 1) => tokens::<1>(m, rb, &a.x, &a.sum, t0, out, stride, local),
+                (false, 2) => tokens::<2>(m, rb, &a.x, &a.sum, t0, out, stride, local),
+                (false, _) => tokens::<3>(m, rb, &a.x, &a.sum, t0, out, stride, local),
             }
         }
         t0 += nt;
+    }
+}
+
+/// 4-bit codes × int8 activations for tokens `t0 .. t0+NT` of one row block.
+///
+/// # Safety
+/// AVX2 and FMA; `m` geometry checked by `QMatrix::new`, `a` built for `m.k_padded()`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn int8_tokens<const NT: usize>(
+    m: &QMatrix<'_>,
+    rb: usize,
+    a: &Activations,
+    t0: usize,
+    out: &mut [f32],
+    stride: usize,
+    local: usize,
+) {
+    let l = &m.layout;
+    let (kp, groups, per_tile) = (a.kp, a.kp / 32, l.groups());
+    let (p, cols, base) = (l.lane, l.cols, l.base);
+    let cstride = p / 2;
+    debug_assert_eq!(kp, m.k_padded());
+    // Signed nibbles: xor 8 maps q ∈ −8..7 to q + 8 ∈ 0..15; the 8·Σxq is taken back per group.
+    let flip = _mm256_set1_epi8(if l.codes == CodeKind::S4 {
+        0x88u8 as i8
+    } else {
+        0
+    });
+    let low = _mm256_set1_epi8(0x0F);
+    // Per 128-bit lane: bytes of column a (0..8) and column b (8..16) interleaved, so byte pair
+    // j holds row pair j of both columns.
+    let pair = _mm256_setr_epi8(
+        0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5,
+        13, 6, 14, 7, 15,
+    );
+    // The four activation codes of columns c..c+4 (one broadcast i32): lane 0 alternates x[c],
+    // x[c+1]; lane 1 alternates x[c+2], x[c+3].
+    let xsel = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+        2, 3,
+    );
+    for cb in 0..m.ct {
+        let tile = m.tile(rb, cb);
+        let tp = tile.as_ptr();
+        for sb in 0..l.rows / 16 {
+            let (band, sub) = ((sb * 16) / p, ((sb * 16) % p) / 16);
+            let first = base + band * cols * cstride + sub * 8;
+            for g in 0..per_tile {
+                let gg = cb * per_tile + g;
+                let c0 = g * 32;
+                debug_assert!(first + (c0 + 31) * cstride + 8 <= tile.len());
+                let mut xs = [std::ptr::null::<i8>(); NT];
+                for (t, x) in xs.iter_mut().enumerate() {
+                    let at = (t0 + t) * kp + cb * cols + c0;
+                    debug_assert!(at + 32 <= a.q.len());
+                    // SAFETY: `at + 32 ≤ a.q.len()` (q is n × kp and cb·C + c0 + 32 ≤ kp).
+                    *x = unsafe { a.q.as_ptr().add(at) };
+                }
+                let mut even = [_mm256_setzero_si256(); NT];
+                let mut odd = [_mm256_setzero_si256(); NT];
+                // SAFETY: `first + c0·cstride` is inside the tile (geometry checked at build).
+                let mut cp = unsafe { tp.add(first + c0 * cstride) };
+                for quad in 0..8 {
+                    // SAFETY: columns c0 + 4·quad .. +4 of this sub-band: 8 bytes each at
+                    // `cstride` apart, inside the tile (see the debug assertion above).
+                    let w = unsafe {
+                        if cstride == 8 {
+                            _mm256_loadu_si256(cp as *const __m256i)
+                        } else {
+                            let l8 = |o: usize| _mm_loadl_epi64(cp.add(o) as *const __m128i);
+                            let lo = _mm_unpacklo_epi64(l8(0), l8(cstride));
+                            let hi = _mm_unpacklo_epi64(l8(2 * cstride), l8(3 * cstride));
+                            _mm256_set_m128i(hi, lo)
+                        }
+                    };
+                    let w = _mm256_shuffle_epi8(_mm256_xor_si256(w, flip), pair);
+                    let lo = _mm256_and_si256(w, low);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
+                    for t in 0..NT {
+                        // SAFETY: 4 of the group's 32 codes at xs[t] + 4·quad.
+                        let four = unsafe { (xs[t].add(4 * quad) as *const i32).read_unaligned() };
+                        let xv = _mm256_shuffle_epi8(_mm256_set1_epi32(four), xsel);
+                        even[t] = _mm256_add_epi16(even[t], _mm256_maddubs_epi16(lo, xv));
+                        odd[t] = _mm256_add_epi16(odd[t], _mm256_maddubs_epi16(hi, xv));
+                    }
+                    // SAFETY: the last increment is not read.
+                    cp = unsafe { cp.add(4 * cstride) };
+                }
+                let slot = g * l.rows + sb * 16;
+                // SAFETY: the scale (and zero-point) plane holds R·G bf16 values; slot + 16 ≤ R·G.
+                let (d_lo, d_hi) = unsafe { bf16x16(tp.add(2 * slot)) };
+                let (m_lo, m_hi) = if l.zero {
+                    // SAFETY: as above, in the zero-point plane.
+                    unsafe { bf16x16(tp.add(l.zero_base() + 2 * slot)) }
+                } else {
+                    (_mm256_setzero_ps(), _mm256_setzero_ps())
+                };
+                for t in 0..NT {
+                    let at_g = (t0 + t) * groups + gg;
+                    let back = _mm256_set1_epi32(if l.codes == CodeKind::S4 {
+                        8 * a.qsum[at_g]
+                    } else {
+                        0
+                    });
+                    // The two lanes hold the same rows over different columns: widen and add.
+                    let widen = |v: __m256i| {
+                        _mm256_sub_epi32(
+                            _mm256_add_epi32(
+                                _mm256_cvtepi16_epi32(_mm256_castsi256_si128(v)),
+                                _mm256_cvtepi16_epi32(_mm256_extracti128_si256(v, 1)),
+                            ),
+                            back,
+                        )
+                    };
+                    let e = _mm256_cvtepi32_ps(widen(even[t]));
+                    let o = _mm256_cvtepi32_ps(widen(odd[t]));
+                    let (u0, u1) = (_mm256_unpacklo_ps(e, o), _mm256_unpackhi_ps(e, o));
+                    let (lo, hi) = (
+                        _mm256_permute2f128_ps(u0, u1, 0x20),
+                        _mm256_permute2f128_ps(u0, u1, 0x31),
+                    );
+                    let dx = _mm256_set1_ps(a.qd[at_g]);
+                    let s = _mm256_set1_ps(a.qd[at_g] * a.qsum[at_g] as f32);
+                    let at = (t0 + t) * stride + local + sb * 16;
+                    debug_assert!(at + 16 <= out.len());
+                    // SAFETY: rows sb·16 .. +16 of this row block are inside `out`.
+                    unsafe {
+                        let op = out.as_mut_ptr().add(at);
+                        let add_lo = _mm256_add_ps(
+                            _mm256_mul_ps(_mm256_mul_ps(d_lo, dx), lo),
+                            _mm256_mul_ps(m_lo, s),
+                        );
+                        let add_hi = _mm256_add_ps(
+                            _mm256_mul_ps(_mm256_mul_ps(d_hi, dx), hi),
+                            _mm256_mul_ps(m_hi, s),
+                        );
+                        _mm256_storeu_ps(op, _mm256_add_ps(_mm256_loadu_ps(op), add_lo));
+                        _mm256_storeu_ps(
+                            op.add(8),
+                            _mm256_add_ps(_mm256_loadu_ps(op.add(8)), add_hi),
+                        );
+                    }
+                }
+            }
+        }
     }
 }
 

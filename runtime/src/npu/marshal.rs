@@ -76,7 +76,6 @@ pub fn emulate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::Path;
     use crate::kernels::layout::TileLayout;
 
     /// A deterministic tile buffer for `rows`×`k` of `layout` (valid scales, varied codes).
@@ -126,10 +125,21 @@ mod tests {
             );
             // Weights: the tiles themselves.
             assert_eq!(weight_buffer(&q).as_ptr(), data.as_ptr());
-            // Host kernels on the bf16-rounded activations (what the NPU sees).
+            // The host's reference decode on the bf16-rounded activations (what the NPU sees;
+            // the host kernels themselves read int8 activations for 4-bit tiles).
             let xr: Vec<f32> = x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect();
             let mut host = vec![0f32; rows * n];
-            q.matmul(Path::detect(), &xr, rows, &mut host);
+            let mut w = vec![0f32; k];
+            for r in 0..n {
+                q.row_reference(r, &mut w);
+                for t in 0..rows {
+                    host[t * n + r] = w
+                        .iter()
+                        .zip(&xr[t * k..(t + 1) * k])
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum::<f64>() as f32;
+                }
+            }
             let out = emulate(&q, weight_buffer(&q), &acts, rows, kp, np);
             assert_eq!(out.len(), rows * np * 2);
             let got = unpack_results(&out, rows, n, np);

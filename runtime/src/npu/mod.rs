@@ -3,6 +3,7 @@
 //! feature `npu`, [`xrt`] drives XRT through a C++ shim whose bindings bindgen generates at build
 //! time. Nothing calls XRT unless [`crate::device::find_npus`] found a device node first.
 
+pub mod backend;
 pub mod marshal;
 #[cfg(feature = "npu")]
 mod sys;

@@ -119,6 +119,10 @@ pub struct Buffer {
     bytes: usize,
 }
 
+// SAFETY: an xrt::bo is an owned handle usable from any thread; it is freed once, and the
+// engine that holds buffers serializes their use behind a mutex.
+unsafe impl Send for Buffer {}
+
 impl Buffer {
     /// Writes `data` at offset 0 and syncs it to the device.
     pub fn write(&mut self, data: &[u8]) -> Result<()> {

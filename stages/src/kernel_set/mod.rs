@@ -120,7 +120,7 @@ pub fn shapes(manifest: &Manifest, batch: u64) -> Result<(String, Vec<Shape>)> {
                     n_padded: np,
                     tile: t.kind.clone(),
                     roles: BTreeMap::new(),
-                    npu_kernel: format!("{}_{m}x{kp}x{np}", if m == 1 { "gemv" } else { "gemm" }),
+                    npu_kernel: onebit_runtime::npu::backend::kernel_name(m, kp, np),
                     npu_provider: None,
                 });
             *s.roles.entry(role.to_string()).or_default() += 1;
