@@ -491,7 +491,11 @@ impl crate::npu::backend::Engine for Recording {
         shape: crate::npu::backend::Shape,
         acts: &[u8],
     ) -> crate::error::Result<Vec<u8>> {
-        let name = crate::npu::backend::kernel_name(shape.m, shape.k_padded, shape.n_padded);
+        let name = crate::npu::backend::kernel_name(
+            shape.m as u64,
+            shape.k_padded as u64,
+            shape.n_padded as u64,
+        );
         self.0.lock().expect("lock").push(name);
         crate::npu::backend::Emulator.gemm(w, shape, acts)
     }

@@ -2,6 +2,7 @@
 //! the pack on a background thread, then serves the OpenAI-compatible API until Ctrl-C.
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -49,6 +50,10 @@ pub struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 2 << 20)]
     pub max_body: usize,
+    /// NPU kernel artifacts (`*.xclbin`) for `--device npu|auto`: one xclbin must provide every
+    /// shape of the pack's kernel set.
+    #[arg(long, value_name = "DIR", env = "ONEBIT_KERNEL_DIR")]
+    pub kernel_dir: Option<PathBuf>,
     /// Worker threads for the model [default: all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
@@ -56,25 +61,36 @@ pub struct ServeArgs {
 
 /// Runs the server until Ctrl-C; exit 1 when the pack is refused, 2 on other failures.
 pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
-    match a.device {
-        DeviceChoice::Host => {}
+    // Whether the model's products go to the NPU; `Some(true)` when that is required.
+    let npu: Option<bool> = match a.device {
+        DeviceChoice::Host => None,
         DeviceChoice::Npu => {
             let npus = find_npus().map_err(|why| {
                 anyhow::Error::new(super::Refused(format!("no XDNA NPU found: {why}")))
             })?;
-            return Err(anyhow::Error::new(super::Refused(format!(
-                "an XDNA NPU was found ({}), but this build has no NPU backend; use --device host",
-                npus[0].node.display()
-            ))));
+            if !cfg!(feature = "npu") {
+                return Err(anyhow::Error::new(super::Refused(format!(
+                    "an XDNA NPU was found ({}), but this build has no NPU backend (build with --features npu); use --device host",
+                    npus[0].node.display()
+                ))));
+            }
+            Some(true)
         }
         DeviceChoice::Auto => match find_npus() {
-            Err(why) => eprintln!("no XDNA NPU found ({why}); serving on the host CPU"),
-            Ok(n) => eprintln!(
-                "an XDNA NPU was found ({}), but this build has no NPU backend; serving on the host CPU",
-                n[0].node.display()
-            ),
+            Err(why) => {
+                eprintln!("no XDNA NPU found ({why}); serving on the host CPU");
+                None
+            }
+            Ok(n) if !cfg!(feature = "npu") => {
+                eprintln!(
+                    "an XDNA NPU was found ({}), but this build has no NPU backend; serving on the host CPU",
+                    n[0].node.display()
+                );
+                None
+            }
+            Ok(_) => Some(false),
         },
-    }
+    };
     if a.parallel == 0 || a.batch == 0 {
         return Err(anyhow::Error::new(super::Refused(
             "--parallel and --batch must be at least 1".into(),
@@ -119,18 +135,33 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
     );
     let loader = {
         let (server, g, source) = (server.clone(), g.clone(), a.source.clone());
-        std::thread::spawn(move || match source.load(&g) {
-            Ok((model, text)) => {
-                let engine = Engine { model, text };
-                eprintln!(
-                    "ready: {} on the host CPU",
-                    engine.model.pack.manifest.provenance.source
-                );
-                server.ready(engine);
-            }
-            Err(e) => {
-                server.failed(format!("{e:#}"));
-                let _ = fail_tx.send(e);
+        let (kernel_dir, batch) = (a.kernel_dir.clone(), a.batch);
+        std::thread::spawn(move || {
+            match source.load(&g).and_then(|(mut model, text)| {
+                let mut on = "the host CPU".to_string();
+                if let Some(required) = npu {
+                    match attach_npu(&mut model, kernel_dir.as_deref(), batch) {
+                        Ok(what) => on = what,
+                        Err(e) if required => return Err(e),
+                        Err(e) => {
+                            eprintln!("the NPU is not usable ({e:#}); serving on the host CPU")
+                        }
+                    }
+                }
+                Ok((model, text, on))
+            }) {
+                Ok((model, text, on)) => {
+                    let engine = Engine { model, text };
+                    eprintln!(
+                        "ready: {} on {on}",
+                        engine.model.pack.manifest.provenance.source
+                    );
+                    server.ready(engine);
+                }
+                Err(e) => {
+                    server.failed(format!("{e:#}"));
+                    let _ = fail_tx.send(e);
+                }
             }
         })
     };
@@ -162,4 +193,67 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
     drop(loader);
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// Puts the model's tiled products on the NPU: the kernel set of the pack (shapes at `batch`)
+/// must be provided by one xclbin of `kernel_dir`, loaded once for the model. Returns where the
+/// model now runs, for the ready line.
+#[cfg(feature = "npu")]
+fn attach_npu(
+    model: &mut onebit_runtime::Model,
+    kernel_dir: Option<&std::path::Path>,
+    batch: usize,
+) -> anyhow::Result<String> {
+    use onebit_runtime::npu::backend::{NpuBackend, XrtEngine};
+    use onebit_stages::kernel_set::{axlf, kernel_set};
+    let dir = kernel_dir.ok_or_else(|| {
+        anyhow::Error::new(super::Refused(
+            "the NPU needs its kernels: --kernel-dir DIR or ONEBIT_KERNEL_DIR".into(),
+        ))
+    })?;
+    let artifacts = axlf::scan(dir)?;
+    let set = kernel_set(&model.pack.dir, &artifacts, batch as u64)?;
+    let missing = set.missing();
+    if !missing.is_empty() {
+        anyhow::bail!(super::Refused(format!(
+            "{} provides no kernel for {} of {} shapes of {}: {}",
+            dir.display(),
+            missing.len(),
+            set.shapes.len(),
+            set.name,
+            missing.join(", ")
+        )));
+    }
+    // Providers are `file name:kernel`.
+    let providers: std::collections::BTreeSet<&str> = set
+        .shapes
+        .iter()
+        .filter_map(|s| s.npu_provider.as_deref()?.split(':').next())
+        .collect();
+    let [name] = providers.into_iter().collect::<Vec<_>>()[..] else {
+        anyhow::bail!(super::Refused(format!(
+            "the shapes of {} come from several xclbins; the NPU backend loads one per model",
+            set.name
+        )));
+    };
+    let xclbin = artifacts
+        .iter()
+        .map(|x| &x.file)
+        .find(|f| f.file_name().is_some_and(|n| n.to_string_lossy() == name))
+        .ok_or_else(|| anyhow::anyhow!("{name} vanished from {}", dir.display()))?;
+    let engine = XrtEngine::open(xclbin)?;
+    model.set_backend(std::sync::Arc::new(NpuBackend::new(engine, batch)));
+    Ok(format!("the NPU ({}, {})", set.name, xclbin.display()))
+}
+
+/// Without feature `npu` there is no NPU backend to attach.
+#[cfg(not(feature = "npu"))]
+fn attach_npu(
+    _model: &mut onebit_runtime::Model,
+    _kernel_dir: Option<&std::path::Path>,
+    _batch: usize,
+) -> anyhow::Result<String> {
+    anyhow::bail!(super::Refused(
+        "this build has no NPU backend (build with --features npu)".into()
+    ))
 }

@@ -16,7 +16,7 @@ use crate::kernels::QMatrix;
 
 /// The kernel that provides an `m × k_padded → n_padded` product: `gemv_1xKxN` (m = 1) or
 /// `gemm_MxKxN`.
-pub fn kernel_name(m: usize, k_padded: usize, n_padded: usize) -> String {
+pub fn kernel_name(m: u64, k_padded: u64, n_padded: u64) -> String {
     let kind = if m == 1 { "gemv" } else { "gemm" };
     format!("{kind}_{m}x{k_padded}x{n_padded}")
 }
@@ -178,7 +178,7 @@ mod device {
         }
 
         fn gemm(&self, w: &QMatrix<'_>, shape: Shape, acts: &[u8]) -> Result<Vec<u8>> {
-            let name = kernel_name(shape.m, shape.k_padded, shape.n_padded);
+            let name = kernel_name(shape.m as u64, shape.k_padded as u64, shape.n_padded as u64);
             let mut st = self
                 .state
                 .lock()
