@@ -32,6 +32,20 @@ pub struct ConvertArgs {
     /// Calibration tokens at most.
     #[arg(long, default_value_t = 4096)]
     pub calibrate_tokens: usize,
+    /// A different tile kind for the tensors whose pack name contains PATTERN (repeatable; the
+    /// last match wins), e.g. `--tile-for lm_head=q8-8704`.
+    #[arg(long, value_name = "PATTERN=TILE", value_parser = parse_tile_for)]
+    pub tile_for: Vec<(String, TileChoice)>,
+}
+
+fn parse_tile_for(s: &str) -> Result<(String, TileChoice), String> {
+    let (pat, tile) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not PATTERN=TILE"))?;
+    if pat.is_empty() {
+        return Err(format!("{s:?} has an empty pattern"));
+    }
+    Ok((pat.to_string(), parse_tile(tile)?))
 }
 
 fn parse_tile(s: &str) -> Result<TileChoice, String> {
@@ -46,6 +60,7 @@ pub fn exec(g: &Global, a: ConvertArgs) -> anyhow::Result<ExitCode> {
         family: a.family,
         calibrate: a.calibrate,
         calibrate_tokens: a.calibrate_tokens,
+        tile_for: a.tile_for,
     };
     let t0 = std::time::Instant::now();
     let report = match convert::convert(&a.gguf, &a.out, &opts) {

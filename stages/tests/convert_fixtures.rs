@@ -263,3 +263,47 @@ fn gpt2_vocabularies_tokenize_like_the_reference_converters_tokenizer() {
         assert_eq!(ours.decode(&a).expect("decode"), line);
     }
 }
+
+#[test]
+fn tile_for_overrides_the_tile_of_the_tensors_it_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("repo");
+    let case = "gemma3-q41-quarter/rb16";
+    let r = convert(
+        &gguf_of(case),
+        &out,
+        &ConvertOptions {
+            tile_for: vec![("lm_head".into(), TileChoice::Q8_8704)],
+            ..Default::default()
+        },
+    )
+    .expect("convert");
+    for t in r.tensors.iter().filter(|t| t.stored_as != "BF16") {
+        let want = if t.name.contains("lm_head") {
+            "Q8C_8704"
+        } else {
+            "Q41_1280"
+        };
+        assert_eq!(t.stored_as, want, "{}", t.name);
+    }
+    assert!(
+        r.decisions
+            .iter()
+            .any(|d| d == "tile[lm_head.weight]=Q8C_8704 <- --tile-for lm_head=Q8_8704"),
+        "{:?}",
+        r.decisions
+    );
+    // A pattern that names nothing is refused, not ignored.
+    let out = dir.path().join("repo2");
+    let e = convert(
+        &gguf_of(case),
+        &out,
+        &ConvertOptions {
+            tile_for: vec![("lm_haed".into(), TileChoice::Q8_8704)],
+            ..Default::default()
+        },
+    )
+    .expect_err("typo");
+    assert!(e.to_string().contains("lm_haed"), "{e}");
+    assert!(!out.exists());
+}

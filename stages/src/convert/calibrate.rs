@@ -39,6 +39,7 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         family: opts.family.clone(),
         calibrate: Vec::new(),
         calibrate_tokens: 0,
+        tile_for: Vec::new(),
     };
     super::convert(gguf, &repo, &eight)?;
     // A runtime pack over the 8-bit repository: semantics from its config, tile kinds known.

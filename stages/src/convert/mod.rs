@@ -71,6 +71,9 @@ pub struct ConvertOptions {
     pub calibrate: Vec<PathBuf>,
     /// Calibration tokens at most.
     pub calibrate_tokens: usize,
+    /// Per-tensor overrides of `tile`: tensors whose pack name contains the pattern take that
+    /// choice (the last matching pattern wins).
+    pub tile_for: Vec<(String, TileChoice)>,
 }
 
 /// What happened to one tensor.
@@ -344,7 +347,35 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
         let src = g
             .tensor(&p.src)
             .ok_or_else(|| Error::Internal(p.src.clone()))?;
-        p.tiled = Some(kind_for(tile, src.ty));
+        let choice = match opts
+            .tile_for
+            .iter()
+            .rev()
+            .find(|(pat, _)| p.name.contains(pat))
+        {
+            Some((pat, c)) => {
+                let c = if *c == TileChoice::Auto { tile } else { *c };
+                decisions.push(format!(
+                    "tile[{}]={:?} <- --tile-for {pat}={c:?}",
+                    p.name,
+                    kind_for(c, src.ty)
+                ));
+                c
+            }
+            None => tile,
+        };
+        p.tiled = Some(kind_for(choice, src.ty));
+    }
+    if let Some((pat, _)) = opts.tile_for.iter().find(|(pat, _)| {
+        !planned
+            .iter()
+            .any(|p| p.tiled.is_some() && p.name.contains(pat))
+    }) {
+        return Err(refuse(
+            gguf,
+            pat,
+            "--tile-for names no quantized tensor of this model",
+        ));
     }
     if !opts.calibrate.is_empty() {
         let cal = calibrate::importance(gguf, opts)?;
