@@ -36,6 +36,10 @@ pub struct ConvertArgs {
     /// last match wins), e.g. `--tile-for lm_head=q8-8704`.
     #[arg(long, value_name = "PATTERN=TILE", value_parser = parse_tile_for)]
     pub tile_for: Vec<(String, TileChoice)>,
+    /// Requantize 4-bit tensors with GPTQ: each column's rounding error is compensated on the
+    /// columns after it through the calibration inputs' second moments (needs --calibrate).
+    #[arg(long)]
+    pub gptq: bool,
 }
 
 fn parse_tile_for(s: &str) -> Result<(String, TileChoice), String> {
@@ -61,6 +65,7 @@ pub fn exec(g: &Global, a: ConvertArgs) -> anyhow::Result<ExitCode> {
         calibrate: a.calibrate,
         calibrate_tokens: a.calibrate_tokens,
         tile_for: a.tile_for,
+        gptq: a.gptq,
     };
     let t0 = std::time::Instant::now();
     let report = match convert::convert(&a.gguf, &a.out, &opts) {

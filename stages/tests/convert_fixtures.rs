@@ -307,3 +307,39 @@ fn tile_for_overrides_the_tile_of_the_tensors_it_names() {
     assert!(e.to_string().contains("lm_haed"), "{e}");
     assert!(!out.exists());
 }
+
+#[test]
+fn gptq_requantizes_with_calibration_and_still_verifies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let case = "llama-q80";
+    let text = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/text/calibration.txt");
+    let opts = |gptq: bool, calibrate: Vec<PathBuf>| ConvertOptions {
+        tile: TileChoice::Q4_5120,
+        calibrate,
+        calibrate_tokens: 1024,
+        gptq,
+        ..Default::default()
+    };
+    let e = convert(
+        &gguf_of(case),
+        &dir.path().join("x"),
+        &opts(true, Vec::new()),
+    )
+    .expect_err("GPTQ without calibration");
+    assert!(e.to_string().contains("--calibrate"), "{e}");
+    let out = dir.path().join("repo");
+    let r = convert(&gguf_of(case), &out, &opts(true, vec![text])).expect("convert");
+    let gptq: Vec<_> = r.tensors.iter().filter(|t| t.method == "Gptq").collect();
+    // The 8 tensors that need requantization (Q8_0 → 4-bit) go through GPTQ; native ones do not.
+    assert_eq!(gptq.len(), 8, "{:#?}", r.tensors);
+    for t in &gptq {
+        // GPTQ trades weight error for output error, so the weights stay near their source.
+        assert!(t.rel_l2 < 0.15, "{}: rel L2 {}", t.name, t.rel_l2);
+    }
+    assert!(
+        r.decisions.iter().any(|d| d.contains("drives GPTQ")),
+        "{:?}",
+        r.decisions
+    );
+    verify_dir(&out, &gguf_of(case));
+}

@@ -19,6 +19,9 @@ use crate::error::{Error, IoContext, Result};
 pub struct Importance {
     /// Pack tensor name → one weight per input column.
     pub per_matrix: BTreeMap<String, Vec<f32>>,
+    /// Pack tensor name → the inputs' mean second moments `E[x xᵀ]` (`k × k`), when asked for
+    /// (GPTQ); shared by matrices reading the same input.
+    pub second_moments: BTreeMap<String, std::sync::Arc<Vec<f64>>>,
     /// `calibration=… <- …`.
     pub decision: String,
 }
@@ -40,6 +43,7 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         calibrate: Vec::new(),
         calibrate_tokens: 0,
         tile_for: Vec::new(),
+        gptq: false,
     };
     super::convert(gguf, &repo, &eight)?;
     // A runtime pack over the 8-bit repository: semantics from its config, tile kinds known.
@@ -103,7 +107,7 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         opts.calibrate_tokens
     };
     ids.truncate(limit);
-    model.collect_stats();
+    model.collect_stats(opts.gptq);
     let mut session = model.session(CHUNK);
     let mut seen = 0;
     for chunk in ids.chunks(CHUNK - 1) {
@@ -116,22 +120,39 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         tracing::info!(tokens = seen, "calibrating");
     }
     let stats = model.take_stats();
-    let per_matrix = stats
-        .into_iter()
-        .map(|(name, (sum, n))| {
-            let n = n.max(1) as f64;
-            (name, sum.iter().map(|s| (s / n) as f32).collect())
-        })
-        .collect();
+    let mut second_moments = BTreeMap::new();
+    let mut means: BTreeMap<usize, std::sync::Arc<Vec<f64>>> = BTreeMap::new();
+    let mut per_matrix = BTreeMap::new();
+    for (name, st) in stats {
+        let n = st.rows.max(1) as f64;
+        per_matrix.insert(
+            name.clone(),
+            st.sum_sq.iter().map(|s| (s / n) as f32).collect(),
+        );
+        if let Some(g) = st.gram {
+            // One mean per shared input.
+            let mean = means
+                .entry(std::sync::Arc::as_ptr(&g) as usize)
+                .or_insert_with(|| std::sync::Arc::new(g.iter().map(|v| v / n).collect()))
+                .clone();
+            second_moments.insert(name, mean);
+        }
+    }
     Ok(Importance {
         per_matrix,
+        second_moments,
         decision: format!(
-            "calibration={seen} tokens <- {} (mean x² per column weighs requantization error)",
+            "calibration={seen} tokens <- {} (mean x² per column weighs requantization error{})",
             opts.calibrate
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            if opts.gptq {
+                "; E[x xᵀ] per input drives GPTQ"
+            } else {
+                ""
+            }
         ),
     })
 }

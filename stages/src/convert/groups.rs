@@ -42,6 +42,8 @@ pub enum Method {
     Exact,
     /// Dequantized to f32 and quantized again.
     Requantized,
+    /// Requantized with GPTQ's error compensation on calibration inputs ([`super::gptq`]).
+    Gptq,
 }
 
 /// The native method for `ty` into `codes`, if there is one.
@@ -163,7 +165,7 @@ fn codes_q41(x: &[f32], d: f32, m: f32, w: Option<&[f32]>) -> ([u8; 32], f32) {
 /// Clipping steps tried at each end of the block's range (in 1/48ths of the range).
 const CLIP_STEPS: usize = 4;
 
-fn quantize_q41(x: &[f32], w: Option<&[f32]>) -> Group {
+pub(crate) fn quantize_q41(x: &[f32], w: Option<&[f32]>) -> Group {
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
     for &v in x {
         lo = lo.min(v);

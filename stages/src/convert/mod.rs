@@ -13,6 +13,7 @@
 pub mod calibrate;
 pub mod config;
 pub mod encode;
+pub mod gptq;
 pub mod groups;
 pub mod tokenizer;
 
@@ -27,7 +28,7 @@ use crate::gguf::names::{self, MapDims, RowMap};
 use crate::gguf::{GgmlType, GgufFile, GgufTensor};
 use crate::q4nx::Dtype;
 use crate::q4nx::writer::{self, Entry};
-use crate::tiles::TileKind;
+use crate::tiles::{Codes, TileKind};
 use groups::{Group, Method};
 
 /// The `--tile` choice.
@@ -74,6 +75,9 @@ pub struct ConvertOptions {
     /// Per-tensor overrides of `tile`: tensors whose pack name contains the pattern take that
     /// choice (the last matching pattern wins).
     pub tile_for: Vec<(String, TileChoice)>,
+    /// Requantize unsigned 4-bit tensors with GPTQ on the calibration inputs' second moments
+    /// (needs `calibrate`).
+    pub gptq: bool,
 }
 
 /// What happened to one tensor.
@@ -137,6 +141,8 @@ struct Planned {
     tiled: Option<TileKind>,
     /// Per-column importance for requantization (calibration), if any.
     importance: Option<Vec<f32>>,
+    /// The inputs' mean second moments for GPTQ (`k × k`), if asked for.
+    second_moments: Option<std::sync::Arc<Vec<f64>>>,
 }
 
 /// Model facts read from the GGUF metadata.
@@ -260,6 +266,7 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
             note: t.note,
             tiled: tiled.then_some(TileKind::Q41_5120),
             importance: None,
+            second_moments: None,
         });
     }
     for t in &g.tensors {
@@ -377,11 +384,18 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
             "--tile-for names no quantized tensor of this model",
         ));
     }
+    if opts.gptq && opts.calibrate.is_empty() {
+        return Err(Error::Config {
+            file: gguf.to_path_buf(),
+            reason: "GPTQ needs calibration text: add --calibrate FILE".into(),
+        });
+    }
     if !opts.calibrate.is_empty() {
         let cal = calibrate::importance(gguf, opts)?;
         decisions.push(cal.decision.clone());
         for p in planned.iter_mut() {
             p.importance = cal.per_matrix.get(&p.name).cloned();
+            p.second_moments = cal.second_moments.get(&p.name).cloned();
         }
     }
 
@@ -604,8 +618,23 @@ fn write_tiled(
 ) -> Result<TensorReport> {
     let (rows, k) = (src.rows(), src.row_len());
     let codes = kind.codes();
-    let method = groups::native_method(src.ty, codes).unwrap_or(Method::Requantized);
+    let mut method = groups::native_method(src.ty, codes).unwrap_or(Method::Requantized);
     let importance = p.importance.as_deref().filter(|w| w.len() == k as usize);
+    // GPTQ where there are second moments and the codes are unsigned 4-bit being requantized.
+    let factor = match &p.second_moments {
+        Some(h) if method == Method::Requantized && codes == Codes::Unsigned4 => {
+            let f = gptq::InverseFactor::new(h, k as usize).ok_or_else(|| {
+                refuse(
+                    g.path(),
+                    &src.name,
+                    "the calibration inputs' second moments are not positive definite, even damped",
+                )
+            })?;
+            method = Method::Gptq;
+            Some(f)
+        }
+        _ => None,
+    };
     let (bs, ts) = src
         .ty
         .block()
@@ -640,7 +669,9 @@ fn write_tiled(
                     crate::gguf::dequant::dequantize(src.ty, bytes, &mut vals).map_err(|ty| {
                         refuse(g.path(), &src.name, format!("no dequantizer for {ty}"))
                     })?;
-                    if method == Method::Requantized {
+                    if let Some(f) = &factor {
+                        gptq::quantize_row(&vals, f, importance, &mut gs);
+                    } else if method == Method::Requantized {
                         groups::quantize_row(&vals, codes, importance, &mut gs);
                     } else {
                         groups::native_row(src.ty, codes, bytes, &mut gs);
