@@ -617,6 +617,22 @@ impl Model {
         rows: &[(usize, u32)],
         want: &[usize],
     ) -> Result<Vec<f32>> {
+        if rayon::current_thread_index().is_some() {
+            return self.forward_batch_here(sessions, rows, want);
+        }
+        // Run the whole pass on a worker of the pool: the ~4 parallel products per layer then
+        // start there instead of each handing work over from this thread and waking it again.
+        let mut out = None;
+        rayon::scope(|s| s.spawn(|_| out = Some(self.forward_batch_here(sessions, rows, want))));
+        out.unwrap_or_else(|| Err(Error::Internal("the forward pass did not run".into())))
+    }
+
+    fn forward_batch_here(
+        &self,
+        sessions: &mut [&mut Session],
+        rows: &[(usize, u32)],
+        want: &[usize],
+    ) -> Result<Vec<f32>> {
         let sp = &self.spec;
         let n = rows.len();
         if n == 0 {
