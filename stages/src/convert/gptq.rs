@@ -10,8 +10,24 @@
 //! matrix per weight (K ≤ a few thousand, once per matrix at conversion): about thirty lines here,
 //! rather than a dense linear-algebra dependency for two routines.
 
-use super::groups::{Group, quantize_q41};
 use half::bf16;
+use rayon::prelude::*;
+
+use super::groups::{Group, quantize_q41};
+
+/// Σ a·b with four partial sums (vectorizes; the order is fixed).
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let mut acc = [0f64; 4];
+    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..4 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let tail: f64 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f64>() + tail
+}
 
 /// The upper-triangular `U` with `H⁻¹ = Uᵀ U` for one matrix's inputs, row-major `k × k`.
 #[derive(Clone, Debug)]
@@ -41,37 +57,36 @@ impl InverseFactor {
             }
             a[i * k + i] += damp;
         }
-        // Cholesky, lower, in place (row-oriented: L[i][j] for j ≤ i).
-        for i in 0..k {
-            for j in 0..=i {
-                let dot: f64 = (0..j).map(|p| a[i * k + p] * a[j * k + p]).sum();
-                let v = a[i * k + j] - dot;
-                if i == j {
-                    if v <= 0.0 || !v.is_finite() {
-                        return None;
-                    }
-                    a[i * k + i] = v.sqrt();
-                } else {
-                    a[i * k + j] = v / a[j * k + j];
-                }
+        // Cholesky, lower, in place, left-looking by column: L[j][j] from row j, then every
+        // L[i][j] (i > j) in parallel, each a dot product of two row prefixes.
+        for j in 0..k {
+            let (head, tail) = a.split_at_mut((j + 1) * k);
+            let row_j = &mut head[j * k..];
+            let v = row_j[j] - dot(&row_j[..j], &row_j[..j]);
+            if v <= 0.0 || !v.is_finite() {
+                return None;
             }
+            let d = v.sqrt();
+            row_j[j] = d;
+            let row_j = &head[j * k..j * k + j];
+            tail.par_chunks_mut(k).for_each(|row_i| {
+                row_i[j] = (row_i[j] - dot(&row_i[..j], row_j)) / d;
+            });
         }
-        // L⁻¹ (lower), column by column of the identity: forward substitution.
-        let mut inv = vec![0f64; k * k];
-        for c in 0..k {
-            for i in c..k {
-                let mut v = if i == c { 1.0 } else { 0.0 };
-                for p in c..i {
-                    v -= a[i * k + p] * inv[p * k + c];
-                }
-                inv[i * k + c] = v / a[i * k + i];
+        // L⁻¹ by columns (each a forward substitution, independent): column c is stored as row
+        // c of `inv_t`, so both operands of the inner product are contiguous.
+        let mut inv_t = vec![0f64; k * k];
+        inv_t.par_chunks_mut(k).enumerate().for_each(|(c, col)| {
+            col[c] = 1.0 / a[c * k + c];
+            for i in c + 1..k {
+                col[i] = -dot(&a[i * k + c..i * k + i], &col[c..i]) / a[i * k + i];
             }
-        }
+        });
         // U = J L⁻¹ J: U[i][j] = L⁻¹[k−1−i][k−1−j], upper because L⁻¹ is lower.
         let mut u = vec![0f32; k * k];
         for i in 0..k {
             for j in i..k {
-                u[i * k + j] = inv[(k - 1 - i) * k + (k - 1 - j)] as f32;
+                u[i * k + j] = inv_t[(k - 1 - j) * k + (k - 1 - i)] as f32;
             }
         }
         Some(InverseFactor { k, u })
