@@ -24,6 +24,8 @@ cargo test --workspace --no-fail-fast --lib --bins --tests -- --include-ignored 
 if [ -f /usr/include/xrt/xrt/xrt_device.h ]; then
   cargo test -p onebit-runtime --features npu --lib 2>&1 | tee -a "$log"
   cargo clippy -p onebit-runtime --features npu --all-targets -- -D warnings >&2
+  # The binary with the NPU backend attached by `serve --device npu|auto`.
+  cargo clippy -p onebit-pipe --features npu --bins -- -D warnings >&2
 fi
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "summary: %d passed, %d failed\n", p, f }' "$log"

@@ -128,6 +128,7 @@ pub use device::XrtEngine;
 #[cfg(feature = "npu")]
 mod device {
     use std::collections::HashMap;
+    use std::collections::hash_map::Entry;
     use std::path::Path;
     use std::sync::Mutex;
 
@@ -185,15 +186,15 @@ mod device {
                 .map_err(|_| Error::Npu("the NPU engine's lock is poisoned".into()))?;
             let State { dev, weights, io } = &mut *st;
             let key = w.data.as_ptr() as usize;
-            if !weights.contains_key(&key) {
+            if let Entry::Vacant(e) = weights.entry(key) {
                 let mut b = dev.buffer(&name, ARG_WEIGHTS, w.data.len())?;
                 b.write(w.data)?;
-                weights.insert(key, b);
+                e.insert(b);
             }
-            if !io.contains_key(&name) {
+            if let Entry::Vacant(e) = io.entry(name.clone()) {
                 let a = dev.buffer(&name, ARG_ACTS, acts.len())?;
                 let o = dev.buffer(&name, ARG_OUT, shape.m * shape.n_padded * 2)?;
-                io.insert(name.clone(), (a, o));
+                e.insert((a, o));
             }
             let (Some(wb), Some((ab, ob))) = (weights.get(&key), io.get_mut(&name)) else {
                 return Err(Error::Internal("NPU buffers vanished".into()));
