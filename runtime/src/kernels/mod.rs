@@ -253,6 +253,38 @@ pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &m
             tasks.push((i, rb0, (rb0 + per_task).min(rbs)));
         }
     }
+    if n == 1 {
+        // One token: a task's rows are one contiguous run of its output, so each task writes
+        // there directly (a whole-block scratch only for a last block cut short by `rows`).
+        let mut jobs: Vec<(usize, usize, usize, &mut [f32])> = Vec::with_capacity(tasks.len());
+        let mut rest: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
+        for &(i, rb0, rb1) in &tasks {
+            let m = &mats[i];
+            let take = (rb1 * m.layout.rows).min(m.rows) - rb0 * m.layout.rows;
+            let (head, tail) = std::mem::take(&mut rest[i]).split_at_mut(take);
+            rest[i] = tail;
+            jobs.push((i, rb0, rb1, head));
+        }
+        jobs.into_par_iter().for_each(|(i, rb0, rb1, out)| {
+            let m = &mats[i];
+            let r_tile = m.layout.rows;
+            let nrows = (rb1 - rb0) * r_tile;
+            out.fill(0.0);
+            if out.len() == nrows {
+                for rb in rb0..rb1 {
+                    m.block(path, rb, &acts, out, nrows, (rb - rb0) * r_tile);
+                }
+            } else {
+                let mut whole = vec![0f32; nrows];
+                for rb in rb0..rb1 {
+                    m.block(path, rb, &acts, &mut whole, nrows, (rb - rb0) * r_tile);
+                }
+                let take = out.len();
+                out.copy_from_slice(&whole[..take]);
+            }
+        });
+        return;
+    }
     let parts: Vec<(usize, usize, Vec<f32>)> = tasks
         .into_par_iter()
         .map(|(i, rb0, rb1)| {
@@ -423,6 +455,43 @@ pub(crate) mod tests {
                     );
                 }
                 assert!(self_check(&m, path).max_rel < 1e-5);
+            }
+        }
+    }
+
+    #[test]
+    fn rows_ending_mid_block_are_written_for_one_token_and_for_a_batch() {
+        let layout = TileLayout::by_name("Q41_1280").expect("layout");
+        let (rows, k) = (layout.rows * 2 + 5, layout.cols * 2);
+        let data = random_matrix(layout, rows, k, 5);
+        let m = QMatrix::new(layout, rows, k, &data).expect("sizes");
+        let x: Vec<f32> = (0..3 * k)
+            .map(|i| ((i * 7 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        let want = reference_matmul(&m, &x, 3);
+        let scale = want.iter().fold(0f64, |a, &b| a.max(b.abs()));
+        for path in [Path::Scalar, Path::detect()] {
+            let mut batch = vec![f32::NAN; 3 * rows];
+            m.matmul(path, &x, 3, &mut batch);
+            for t in 0..3 {
+                // Poisoned output: every row must be overwritten, not accumulated into.
+                let mut one = vec![f32::NAN; rows];
+                m.matmul(path, &x[t * k..(t + 1) * k], 1, &mut one);
+                assert_eq!(
+                    one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    batch[t * rows..(t + 1) * rows]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>(),
+                    "{path:?} token {t}"
+                );
+                for (r, &v) in one.iter().enumerate() {
+                    let w = want[t * rows + r];
+                    assert!(
+                        ((v as f64) - w).abs() <= 1e-5 * scale,
+                        "{path:?} [{t}][{r}]"
+                    );
+                }
             }
         }
     }
