@@ -392,6 +392,11 @@ pub(crate) mod tests {
         data
     }
 
+    /// The bit patterns of `v`, for exact comparisons that also see NaNs.
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
     /// Exact products on the activations as the kernels read them (see [`Activations`]).
     fn reference_matmul(m: &QMatrix<'_>, x: &[f32], n: usize) -> Vec<f64> {
         let kp = m.k_padded();
@@ -478,11 +483,8 @@ pub(crate) mod tests {
                 let mut one = vec![f32::NAN; rows];
                 m.matmul(path, &x[t * k..(t + 1) * k], 1, &mut one);
                 assert_eq!(
-                    one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    batch[t * rows..(t + 1) * rows]
-                        .iter()
-                        .map(|v| v.to_bits())
-                        .collect::<Vec<_>>(),
+                    bits(&one),
+                    bits(&batch[t * rows..(t + 1) * rows]),
                     "{path:?} token {t}"
                 );
                 for (r, &v) in one.iter().enumerate() {
@@ -513,11 +515,8 @@ pub(crate) mod tests {
                     let mut one = vec![0f32; rows];
                     m.matmul(path, &x[t * k..(t + 1) * k], 1, &mut one);
                     assert_eq!(
-                        one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                        batch[t * rows..(t + 1) * rows]
-                            .iter()
-                            .map(|v| v.to_bits())
-                            .collect::<Vec<_>>(),
+                        bits(&one),
+                        bits(&batch[t * rows..(t + 1) * rows]),
                         "{} {path:?} token {t}",
                         layout.name
                     );

@@ -130,15 +130,8 @@ unsafe fn int8_tokens<const NT: usize>(
                     // SAFETY: the last increment is not read.
                     cp = unsafe { cp.add(4 * cstride) };
                 }
-                let slot = g * l.rows + sb * 16;
-                // SAFETY: the scale (and zero-point) plane holds R·G bf16 values; slot + 16 ≤ R·G.
-                let (d_lo, d_hi) = unsafe { bf16x16(tp.add(2 * slot)) };
-                let (m_lo, m_hi) = if l.zero {
-                    // SAFETY: as above, in the zero-point plane.
-                    unsafe { bf16x16(tp.add(l.zero_base() + 2 * slot)) }
-                } else {
-                    (_mm256_setzero_ps(), _mm256_setzero_ps())
-                };
+                // SAFETY: the tile holds the scale (and zero-point) plane of every group.
+                let (d, z) = unsafe { group_scales(tp, l, g * l.rows + sb * 16) };
                 for t in 0..NT {
                     let at_g = (t0 + t) * groups + gg;
                     let back = _mm256_set1_epi32(if l.codes == CodeKind::S4 {
@@ -156,34 +149,17 @@ unsafe fn int8_tokens<const NT: usize>(
                             back,
                         )
                     };
-                    let e = _mm256_cvtepi32_ps(widen(even[t]));
-                    let o = _mm256_cvtepi32_ps(widen(odd[t]));
-                    let (u0, u1) = (_mm256_unpacklo_ps(e, o), _mm256_unpackhi_ps(e, o));
-                    let (lo, hi) = (
-                        _mm256_permute2f128_ps(u0, u1, 0x20),
-                        _mm256_permute2f128_ps(u0, u1, 0x31),
+                    let v = row_order(
+                        _mm256_cvtepi32_ps(widen(even[t])),
+                        _mm256_cvtepi32_ps(widen(odd[t])),
                     );
                     let dx = _mm256_set1_ps(a.qd[at_g]);
                     let s = _mm256_set1_ps(a.qd[at_g] * a.qsum[at_g] as f32);
                     let at = (t0 + t) * stride + local + sb * 16;
                     debug_assert!(at + 16 <= out.len());
+                    let ddx = (_mm256_mul_ps(d.0, dx), _mm256_mul_ps(d.1, dx));
                     // SAFETY: rows sb·16 .. +16 of this row block are inside `out`.
-                    unsafe {
-                        let op = out.as_mut_ptr().add(at);
-                        let add_lo = _mm256_add_ps(
-                            _mm256_mul_ps(_mm256_mul_ps(d_lo, dx), lo),
-                            _mm256_mul_ps(m_lo, s),
-                        );
-                        let add_hi = _mm256_add_ps(
-                            _mm256_mul_ps(_mm256_mul_ps(d_hi, dx), hi),
-                            _mm256_mul_ps(m_hi, s),
-                        );
-                        _mm256_storeu_ps(op, _mm256_add_ps(_mm256_loadu_ps(op), add_lo));
-                        _mm256_storeu_ps(
-                            op.add(8),
-                            _mm256_add_ps(_mm256_loadu_ps(op.add(8)), add_hi),
-                        );
-                    }
+                    unsafe { accumulate16(out.as_mut_ptr().add(at), ddx, v, z, s) };
                 }
             }
         }
@@ -262,48 +238,81 @@ unsafe fn tokens<const NT: usize>(
                 }
                 // Epilogue, vectorized: rows sb·16 .. +16 in row order, then
                 // out[r] += d[r]·acc[r] + m[r]·Σx for the group.
-                let slot = g * l.rows + sb * 16;
-                // SAFETY: the scale (and zero-point) plane holds R·G bf16 values; slot + 16 ≤ R·G.
-                let (d_lo, d_hi) = unsafe { bf16x16(tp.add(2 * slot)) };
-                let (m_lo, m_hi) = if l.zero {
-                    // SAFETY: as above, in the zero-point plane.
-                    unsafe { bf16x16(tp.add(l.zero_base() + 2 * slot)) }
-                } else {
-                    (_mm256_setzero_ps(), _mm256_setzero_ps())
-                };
+                // SAFETY: the tile holds the scale (and zero-point) plane of every group.
+                let (d, z) = unsafe { group_scales(tp, l, g * l.rows + sb * 16) };
                 for (t, a) in acc.iter().enumerate() {
                     let (e, o) = (
                         _mm256_add_ps(a[0][0], a[1][0]),
                         _mm256_add_ps(a[0][1], a[1][1]),
                     );
-                    let (lo, hi) = if eight {
-                        (e, o)
-                    } else {
-                        // Even/odd rows → row order: unpack pairs per 128-bit lane, then join
-                        // the lanes.
-                        let (u0, u1) = (_mm256_unpacklo_ps(e, o), _mm256_unpackhi_ps(e, o));
-                        (
-                            _mm256_permute2f128_ps(u0, u1, 0x20),
-                            _mm256_permute2f128_ps(u0, u1, 0x31),
-                        )
-                    };
+                    let v = if eight { (e, o) } else { row_order(e, o) };
                     let s = _mm256_set1_ps(sx[(t0 + t) * groups + gg]);
                     let at = (t0 + t) * stride + local + sb * 16;
                     debug_assert!(at + 16 <= out.len());
                     // SAFETY: rows sb·16 .. +16 of this row block are inside `out`.
-                    unsafe {
-                        let op = out.as_mut_ptr().add(at);
-                        let add_lo = _mm256_add_ps(_mm256_mul_ps(d_lo, lo), _mm256_mul_ps(m_lo, s));
-                        let add_hi = _mm256_add_ps(_mm256_mul_ps(d_hi, hi), _mm256_mul_ps(m_hi, s));
-                        _mm256_storeu_ps(op, _mm256_add_ps(_mm256_loadu_ps(op), add_lo));
-                        _mm256_storeu_ps(
-                            op.add(8),
-                            _mm256_add_ps(_mm256_loadu_ps(op.add(8)), add_hi),
-                        );
-                    }
+                    unsafe { accumulate16(out.as_mut_ptr().add(at), d, v, z, s) };
                 }
             }
         }
+    }
+}
+
+/// The bf16 scales and zero-points (zero without a zero-point plane) of rows `slot .. slot+16`
+/// of one group as f32, each as rows 0–7 and 8–15.
+///
+/// # Safety
+/// AVX2; `tp` is a tile of layout `l` and `slot + 16 ≤ R·G`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn group_scales(
+    tp: *const u8,
+    l: &super::TileLayout,
+    slot: usize,
+) -> ((__m256, __m256), (__m256, __m256)) {
+    // SAFETY: the scale plane holds R·G bf16 values at the tile's start, the zero-point plane
+    // as many after it; the caller guarantees slot + 16 ≤ R·G.
+    unsafe {
+        let d = bf16x16(tp.add(2 * slot));
+        let z = if l.zero {
+            bf16x16(tp.add(l.zero_base() + 2 * slot))
+        } else {
+            (_mm256_setzero_ps(), _mm256_setzero_ps())
+        };
+        (d, z)
+    }
+}
+
+/// Even rows (0, 2, …, 14) and odd rows (1, 3, …, 15) in row order, as rows 0–7 and 8–15:
+/// unpack pairs per 128-bit lane, then join the lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn row_order(even: __m256, odd: __m256) -> (__m256, __m256) {
+    let (u0, u1) = (_mm256_unpacklo_ps(even, odd), _mm256_unpackhi_ps(even, odd));
+    (
+        _mm256_permute2f128_ps(u0, u1, 0x20),
+        _mm256_permute2f128_ps(u0, u1, 0x31),
+    )
+}
+
+/// `out[r] += d[r]·v[r] + z[r]·s` for the 16 rows at `op` (each pair: rows 0–7, 8–15).
+///
+/// # Safety
+/// AVX2; 16 writable f32 at `op`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn accumulate16(
+    op: *mut f32,
+    d: (__m256, __m256),
+    v: (__m256, __m256),
+    z: (__m256, __m256),
+    s: __m256,
+) {
+    let add_lo = _mm256_add_ps(_mm256_mul_ps(d.0, v.0), _mm256_mul_ps(z.0, s));
+    let add_hi = _mm256_add_ps(_mm256_mul_ps(d.1, v.1), _mm256_mul_ps(z.1, s));
+    // SAFETY: the caller guarantees 16 floats at `op`.
+    unsafe {
+        _mm256_storeu_ps(op, _mm256_add_ps(_mm256_loadu_ps(op), add_lo));
+        _mm256_storeu_ps(op.add(8), _mm256_add_ps(_mm256_loadu_ps(op.add(8)), add_hi));
     }
 }
 

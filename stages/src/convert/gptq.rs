@@ -151,21 +151,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_factor_satisfies_its_definition() {
-        let k = 40;
-        let mut r = rng(3);
-        // H = Bᵀ B / n + a correlated part: positive definite.
-        let n = 200;
-        let b: Vec<f64> = (0..n * k).map(|_| r()).collect();
+    /// `E[x xᵀ]` of `n` samples of `k` values.
+    fn second_moments(x: &[f64], n: usize, k: usize) -> Vec<f64> {
         let mut h = vec![0f64; k * k];
         for t in 0..n {
             for i in 0..k {
                 for j in 0..k {
-                    h[i * k + j] += b[t * k + i] * b[t * k + j] / n as f64;
+                    h[i * k + j] += x[t * k + i] * x[t * k + j] / n as f64;
                 }
             }
         }
+        h
+    }
+
+    #[test]
+    fn the_factor_satisfies_its_definition() {
+        let k = 40;
+        let mut r = rng(3);
+        // H = Bᵀ B / n: positive definite for n ≫ k.
+        let n = 200;
+        let b: Vec<f64> = (0..n * k).map(|_| r()).collect();
+        let mut h = second_moments(&b, n, k);
         let f = InverseFactor::new(&h, k).expect("positive definite");
         // (Uᵀ U) · (H + damp I) = I.
         let mean_diag = (0..k).map(|i| h[i * k + i]).sum::<f64>() / k as f64;
@@ -206,14 +212,7 @@ mod tests {
                 base[t * 4 + c % 4] * (1.0 + c as f64 / k as f64) + 0.05 * r()
             })
             .collect();
-        let mut h = vec![0f64; k * k];
-        for t in 0..n {
-            for i in 0..k {
-                for j in 0..k {
-                    h[i * k + j] += x[t * k + i] * x[t * k + j] / n as f64;
-                }
-            }
-        }
+        let h = second_moments(&x, n, k);
         let f = InverseFactor::new(&h, k).expect("factor");
         let out_err = |w: &[f32], gs: &[Group]| -> f64 {
             (0..n)
