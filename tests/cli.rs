@@ -20,6 +20,16 @@ fn run_in(home: &Path, args: &[&str]) -> Output {
         .expect("spawn onebit-pipe")
 }
 
+/// Asserts exit code 0, showing stderr (after `what`) when not.
+fn assert_success(out: &Output, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn events(out: &Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -235,12 +245,7 @@ fn verification_against_a_gguf_passes_good_packs_and_refuses_the_broken_one() {
     let gguf = fixture("gemma3-q41-quarter/model.gguf");
     let (d, g) = (dir.to_str().expect("utf8"), gguf.to_str().expect("utf8"));
     let ok = run_in(home.path(), &["run", "--path", d, "--reference", g]);
-    assert_eq!(
-        ok.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert_success(&ok, "");
     let err = String::from_utf8_lossy(&ok.stderr);
     assert!(
         err.contains("local/rb16: verified: 16 tensors pass, 0 flagged"),
@@ -344,12 +349,7 @@ fn a_reference_can_name_a_file_in_the_local_hugging_face_cache() {
             .expect("spawn")
     };
     let ok = run("google/gemma-3-tiny:tiny.gguf");
-    assert_eq!(
-        ok.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert_success(&ok, "");
     assert!(String::from_utf8_lossy(&ok.stderr).contains("local/rb16: verified: 16 tensors pass"));
     // Offline, a file the cache lacks is refused by name (online it would be fetched).
     let missing = bin()
@@ -389,12 +389,7 @@ fn sql_answers_in_every_format_and_points_at_errors() {
             gguf.to_str().expect("utf8"),
         ],
     );
-    assert_eq!(
-        imported.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&imported.stderr)
-    );
+    assert_success(&imported, "");
     let q = "SELECT kind, count(*) AS n FROM tensors GROUP BY kind ORDER BY kind";
     let csv = run_in(home.path(), &["sql", q, "--format", "csv"]);
     assert_eq!(
@@ -496,12 +491,7 @@ fn fixture_packs_generate_and_refuse_by_verdict_or_family() {
         let runs: Vec<Value> = (0..2)
             .map(|_| {
                 let out = run_in(home.path(), &args);
-                assert_eq!(
-                    out.status.code(),
-                    Some(0),
-                    "{case}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                assert_success(&out, case);
                 events(&out).pop().expect("result line")
             })
             .collect();
@@ -560,12 +550,7 @@ fn the_kernel_set_lists_shapes_and_refuses_a_kernel_directory_missing_one() {
         "8",
     ];
     let out = run_in(home.path(), &base);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out, "");
     let set = events(&out).pop().expect("set");
     let name = set["name"].as_str().expect("name").to_string();
     assert!(
@@ -613,12 +598,7 @@ fn the_kernel_set_lists_shapes_and_refuses_a_kernel_directory_missing_one() {
     // With the last one added, every shape has its provider.
     xclbin(&kd.path().join("b.xclbin"), &[last]);
     let out = run_in(home.path(), &args);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out, "");
     let set = events(&out).pop().expect("set");
     let providers: Vec<&str> = set["shapes"]
         .as_array()

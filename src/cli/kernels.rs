@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use onebit_stages::kernel_set::{axlf, kernel_set};
+use onebit_stages::kernel_set::{axlf, kernel_set, missing_refusal};
 
 use super::Global;
 use super::generate::PackSource;
@@ -67,18 +67,10 @@ pub fn exec(g: &Global, a: KernelsArgs) -> anyhow::Result<ExitCode> {
             println!("artifact {f}: {}", k.join(", "));
         }
     }
-    let missing = set.missing();
     if let Some(k) = &a.kernel_dir
-        && !missing.is_empty()
+        && let Some(why) = missing_refusal(k, &set.name, &set.shapes)
     {
-        return Err(anyhow::Error::new(super::Refused(format!(
-            "{} provides no kernel for {} of {} shapes of {}: {}",
-            k.display(),
-            missing.len(),
-            set.shapes.len(),
-            set.name,
-            missing.join(", ")
-        ))));
+        return Err(anyhow::Error::new(super::Refused(why)));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -195,9 +195,10 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// Puts the model's tiled products on the NPU: the kernel set of the pack (shapes at `batch`)
-/// must be provided by one xclbin of `kernel_dir`, loaded once for the model. Returns where the
-/// model now runs, for the ready line.
+/// Puts the model's tiled products on the NPU: the kernel set of the pack (shapes at `batch`,
+/// from its manifest: the model is already loaded and self-checked) must be provided by one
+/// xclbin of `kernel_dir`, loaded once for the model. Returns where the model now runs, for the
+/// ready line.
 #[cfg(feature = "npu")]
 fn attach_npu(
     model: &mut onebit_runtime::Model,
@@ -205,45 +206,36 @@ fn attach_npu(
     batch: usize,
 ) -> anyhow::Result<String> {
     use onebit_runtime::npu::backend::{NpuBackend, XrtEngine};
-    use onebit_stages::kernel_set::{axlf, kernel_set};
+    use onebit_stages::kernel_set::{axlf, match_artifacts, missing_refusal, shapes};
     let dir = kernel_dir.ok_or_else(|| {
         anyhow::Error::new(super::Refused(
             "the NPU needs its kernels: --kernel-dir DIR or ONEBIT_KERNEL_DIR".into(),
         ))
     })?;
     let artifacts = axlf::scan(dir)?;
-    let set = kernel_set(&model.pack.dir, &artifacts, batch as u64)?;
-    let missing = set.missing();
-    if !missing.is_empty() {
-        anyhow::bail!(super::Refused(format!(
-            "{} provides no kernel for {} of {} shapes of {}: {}",
-            dir.display(),
-            missing.len(),
-            set.shapes.len(),
-            set.name,
-            missing.join(", ")
-        )));
+    let (name, mut shapes) = shapes(&model.pack.manifest, batch as u64)?;
+    match_artifacts(&mut shapes, &artifacts);
+    if let Some(why) = missing_refusal(dir, &name, &shapes) {
+        anyhow::bail!(super::Refused(why));
     }
     // Providers are `file name:kernel`.
-    let providers: std::collections::BTreeSet<&str> = set
-        .shapes
+    let providers: std::collections::BTreeSet<&str> = shapes
         .iter()
         .filter_map(|s| s.npu_provider.as_deref()?.split(':').next())
         .collect();
-    let [name] = providers.into_iter().collect::<Vec<_>>()[..] else {
+    let [file] = providers.into_iter().collect::<Vec<_>>()[..] else {
         anyhow::bail!(super::Refused(format!(
-            "the shapes of {} come from several xclbins; the NPU backend loads one per model",
-            set.name
+            "the shapes of {name} come from several xclbins; the NPU backend loads one per model"
         )));
     };
     let xclbin = artifacts
         .iter()
         .map(|x| &x.file)
-        .find(|f| f.file_name().is_some_and(|n| n.to_string_lossy() == name))
-        .ok_or_else(|| anyhow::anyhow!("{name} vanished from {}", dir.display()))?;
+        .find(|f| f.file_name().is_some_and(|n| n.to_string_lossy() == file))
+        .ok_or_else(|| anyhow::anyhow!("{file} vanished from {}", dir.display()))?;
     let engine = XrtEngine::open(xclbin)?;
     model.set_backend(std::sync::Arc::new(NpuBackend::new(engine, batch)));
-    Ok(format!("the NPU ({}, {})", set.name, xclbin.display()))
+    Ok(format!("the NPU ({name}, {})", xclbin.display()))
 }
 
 /// Without feature `npu` there is no NPU backend to attach.

@@ -124,15 +124,20 @@ pub struct Buffer {
 unsafe impl Send for Buffer {}
 
 impl Buffer {
-    /// Writes `data` at offset 0 and syncs it to the device.
-    pub fn write(&mut self, data: &[u8]) -> Result<()> {
-        if data.len() > self.bytes {
+    /// Refuses a transfer of `len` bytes larger than the buffer.
+    fn fits(&self, len: usize, dir: &str) -> Result<()> {
+        if len > self.bytes {
             return Err(Error::Npu(format!(
-                "{} bytes into a {}-byte buffer",
-                data.len(),
+                "{len} bytes {dir} a {}-byte buffer",
                 self.bytes
             )));
         }
+        Ok(())
+    }
+
+    /// Writes `data` at offset 0 and syncs it to the device.
+    pub fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.fits(data.len(), "into")?;
         // SAFETY: live buffer; `data` is valid for its length, which fits the buffer.
         call("write a buffer", |e, n| unsafe {
             sys::obx_bo_write(self.raw, data.as_ptr().cast(), data.len(), 0, e, n)
@@ -141,13 +146,7 @@ impl Buffer {
 
     /// Syncs from the device and reads `out.len()` bytes at offset 0.
     pub fn read(&mut self, out: &mut [u8]) -> Result<()> {
-        if out.len() > self.bytes {
-            return Err(Error::Npu(format!(
-                "{} bytes from a {}-byte buffer",
-                out.len(),
-                self.bytes
-            )));
-        }
+        self.fits(out.len(), "from")?;
         // SAFETY: live buffer; `out` is valid for its length, which fits the buffer.
         call("read a buffer", |e, n| unsafe {
             sys::obx_bo_read(self.raw, out.as_mut_ptr().cast(), out.len(), 0, e, n)

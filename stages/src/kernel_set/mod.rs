@@ -75,12 +75,32 @@ pub struct KernelSet {
 impl KernelSet {
     /// Shapes no NPU artifact provides, by kernel name.
     pub fn missing(&self) -> Vec<&str> {
-        self.shapes
-            .iter()
-            .filter(|s| s.npu_provider.is_none())
-            .map(|s| s.npu_kernel.as_str())
-            .collect()
+        missing(&self.shapes)
     }
+}
+
+/// Shapes of `shapes` no NPU artifact provides (after [`match_artifacts`]), by kernel name.
+pub fn missing(shapes: &[Shape]) -> Vec<&str> {
+    shapes
+        .iter()
+        .filter(|s| s.npu_provider.is_none())
+        .map(|s| s.npu_kernel.as_str())
+        .collect()
+}
+
+/// The refusal for a kernel directory `dir` that leaves shapes of the set `name` without a
+/// kernel, naming them; `None` when every shape has its provider.
+pub fn missing_refusal(dir: &std::path::Path, name: &str, shapes: &[Shape]) -> Option<String> {
+    let missing = missing(shapes);
+    (!missing.is_empty()).then(|| {
+        format!(
+            "{} provides no kernel for {} of {} shapes of {name}: {}",
+            dir.display(),
+            missing.len(),
+            shapes.len(),
+            missing.join(", ")
+        )
+    })
 }
 
 fn role_of(name: &str) -> Option<&'static str> {
