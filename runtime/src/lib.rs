@@ -10,6 +10,7 @@ pub mod backend;
 pub mod device;
 pub mod error;
 pub mod generate;
+mod head;
 pub mod kernels;
 pub mod model;
 pub mod npu;

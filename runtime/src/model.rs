@@ -71,8 +71,17 @@ pub struct Model {
     layers: Vec<Layer>,
     norm: Vec<f32>,
     head: Weight,
+    /// The exact head when the stored head is tiles of a tied embedding (see [`crate::head`]).
+    exact_head: Option<f32>,
+    /// Candidates per token re-scored against the exact head (0 = none).
+    rescore: usize,
     stats: std::sync::Mutex<Option<Collecting>>,
 }
+
+/// Candidates per token that [`Model::load`] re-scores against the exact head by default: the
+/// smallest count at which Gemma 3 270M's 4-bit pack stops gaining top-1 agreement (see
+/// docs/runtime.md).
+pub const DEFAULT_HEAD_RESCORE: usize = 128;
 
 /// Input statistics of one matrix product, collected over calibration text.
 #[derive(Clone, Debug, Default)]
@@ -336,6 +345,8 @@ impl Model {
             }
         };
         let norm = vector("model.norm.weight", add1)?;
+        let exact_head = (spec.tied_head && matches!(head, Weight::Tiled { .. }))
+            .then_some(1.0 / spec.tied_head_divisor);
         Ok(Model {
             pack,
             spec,
@@ -345,6 +356,12 @@ impl Model {
             layers,
             norm,
             head,
+            exact_head,
+            rescore: if exact_head.is_some() {
+                DEFAULT_HEAD_RESCORE
+            } else {
+                0
+            },
             stats: std::sync::Mutex::new(None),
         })
     }
@@ -419,6 +436,24 @@ impl Model {
         self.stats.lock().map(|s| s.is_some()).unwrap_or(false)
     }
 
+    /// Re-scores the `k` best candidates of each token's tiled head against the exact head (the
+    /// bf16 embedding of a tied model; see [`crate::head`]); 0 turns it off. Returns the count in
+    /// effect: 0 when the head is not tiles of a tied embedding, where nothing is approximate or
+    /// nothing exact is in the pack.
+    pub fn set_head_rescore(&mut self, k: usize) -> usize {
+        self.rescore = if self.exact_head.is_some() {
+            k.min(self.spec.vocab)
+        } else {
+            0
+        };
+        self.rescore
+    }
+
+    /// Candidates per token re-scored against the exact head (0 = none).
+    pub fn head_rescore(&self) -> usize {
+        self.rescore
+    }
+
     /// The host kernel path in use (embedding-sized bf16 products and the self-check).
     pub fn kernel_path(&self) -> KPath {
         self.path
@@ -471,6 +506,20 @@ impl Model {
                 worst = worst.max(r.max_rel);
                 count += 1;
             }
+        }
+        if let Some(m) = self.pack.head_scan() {
+            let r = kernels::scan::self_check(&m, self.path);
+            if r.max_rel > SELF_CHECK_TOLERANCE || !r.max_rel.is_finite() {
+                return Err(Error::Refused {
+                    pack: self.pack.dir.clone(),
+                    reason: format!(
+                        "kernel self-check failed on the scan head ({}×{}): relative error {} vs the reference decode",
+                        m.rows, m.k, r.max_rel
+                    ),
+                });
+            }
+            worst = worst.max(r.max_rel);
+            count += 1;
         }
         Ok(SelfCheck {
             path: self.path.name(),
@@ -828,7 +877,19 @@ impl Model {
             return Ok(Vec::new());
         }
         let mut logits = vec![0f32; want.len() * sp.vocab];
-        self.matmul(&self.head, &xs, want.len(), &mut logits)?;
+        match self.pack.head_scan().filter(|_| self.rescore > 0) {
+            // The scan head only ranks: its best candidates are re-scored below.
+            Some(scan) => scan.matmul(self.path, &xs, want.len(), &mut logits),
+            None => self.matmul(&self.head, &xs, want.len(), &mut logits)?,
+        }
+        if let (Some(scale), k) = (self.exact_head, self.rescore) {
+            let exact = crate::head::ExactHead {
+                rows: &self.pack.map()[self.embed.clone()],
+                k: h,
+                scale,
+            };
+            crate::head::rescore(&mut logits, &xs, want.len(), exact, k);
+        }
         if let Some(cap) = sp.final_softcap {
             for v in logits.iter_mut() {
                 *v = cap * (*v / cap).tanh();

@@ -8,7 +8,9 @@ use std::io::Write;
 use crate::kernels::tests::random_matrix;
 use crate::kernels::{QMatrix, TileLayout};
 use crate::model::Model;
-use crate::pack::{FORMAT, Manifest, Pack, Provenance, TensorEntry, VERSION, Verification};
+use crate::pack::{
+    FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Pack, Provenance, TensorEntry, VERSION, Verification,
+};
 use crate::spec::{Act, LayerSpec, ModelSpec, QkNorm, RopeTable};
 
 const H: usize = 128;
@@ -53,6 +55,7 @@ fn spec(qk: QkNorm, act: Act, sandwich: bool) -> ModelSpec {
         qkv_bias: false,
         embed_scale: 1.0,
         tied_head_divisor: 2.0,
+        tied_head: true,
         final_softcap: None,
         attn_softcap: None,
         bos: Some(1),
@@ -64,6 +67,12 @@ fn spec(qk: QkNorm, act: Act, sandwich: bool) -> ModelSpec {
 
 /// Writes a pack with random weights for `spec` into `dir`.
 fn write_pack(dir: &std::path::Path, spec: &ModelSpec) {
+    write_pack_with(dir, spec, false, false);
+}
+
+/// [`write_pack`], with `lm_head.weight` stored as (random) tiles when `tiled_head`, and the
+/// embedding's 2-bit scan head when `scan`.
+fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, scan: bool) {
     let layout = TileLayout::by_name("Q41_1280").expect("layout");
     let mut tensors: Vec<(String, &str, Vec<u64>, Vec<u8>)> = Vec::new();
     let mut seed = 1u64;
@@ -121,6 +130,16 @@ fn write_pack(dir: &std::path::Path, spec: &ModelSpec) {
             tensors.push((n(name), "I8", vec![tiles as u64, layout.bytes as u64], data));
         }
     }
+    if tiled_head {
+        let data = random_matrix(layout, V, H, 77);
+        let tiles = data.len() / layout.bytes;
+        tensors.push((
+            "lm_head.weight".into(),
+            "I8",
+            vec![tiles as u64, layout.bytes as u64],
+            data,
+        ));
+    }
     let mut header = serde_json::Map::new();
     let mut at = 0usize;
     let mut entries = BTreeMap::new();
@@ -171,6 +190,17 @@ fn write_pack(dir: &std::path::Path, spec: &ModelSpec) {
         },
         chat_template: None,
         decisions: vec![],
+        head_scan: scan.then(|| {
+            let emb = &tensors[0].3;
+            let bytes = crate::kernels::scan::encode_bf16(emb, V, H, 1.0 / spec.tied_head_divisor);
+            std::fs::write(dir.join(HEAD_SCAN_FILE), &bytes).expect("scan");
+            HeadScan {
+                file: HEAD_SCAN_FILE.into(),
+                rows: V as u64,
+                k: H as u64,
+                blake3: blake3::hash(&bytes).to_hex().to_string(),
+            }
+        }),
     };
     std::fs::write(
         dir.join("manifest.json"),
@@ -180,7 +210,9 @@ fn write_pack(dir: &std::path::Path, spec: &ModelSpec) {
 }
 
 fn dims_of(name: &str) -> (usize, usize) {
-    if name.ends_with("q_proj.weight") {
+    if name == "lm_head.weight" {
+        (V, H)
+    } else if name.ends_with("q_proj.weight") {
         (NH * D, H)
     } else if name.ends_with("k_proj.weight") || name.ends_with("v_proj.weight") {
         (NKV * D, H)
@@ -198,6 +230,102 @@ fn load(spec: &ModelSpec) -> (tempfile::TempDir, Model) {
     write_pack(dir.path(), spec);
     let pack = Pack::open(dir.path(), false).expect("open");
     (dir, Model::load(pack).expect("load"))
+}
+
+#[test]
+fn the_tiled_tied_head_rescores_its_best_candidates_with_the_exact_head() {
+    let sp = spec(QkNorm::BeforeRope, Act::GeluTanh, true);
+    let (_a, exact) = load(&sp);
+    assert_eq!(exact.head_rescore(), 0, "a bf16 head has nothing to re-score");
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_pack_with(dir.path(), &sp, true, false);
+    let mut tiled = Model::load(Pack::open(dir.path(), false).expect("open")).expect("load");
+    let toks = [1u32, 5, 9, 33, 7];
+    let run = |m: &Model| {
+        let mut s = m.session(16);
+        m.forward(&mut s, &toks, true).expect("forward")
+    };
+    let want = run(&exact);
+    assert_eq!(tiled.set_head_rescore(0), 0);
+    let plain = run(&tiled);
+    // Every candidate re-scored: the exact head's logits.
+    assert_eq!(tiled.set_head_rescore(usize::MAX), V, "capped at the vocabulary");
+    let all = run(&tiled);
+    let range = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+    for (i, (a, b)) in all.iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * range, "logit {i}: {a} vs {b}");
+    }
+    // Five: the tiled head's five best of each token become exact, the rest keep their values.
+    tiled.set_head_rescore(5);
+    let five = run(&tiled);
+    for t in 0..toks.len() {
+        let row = |v: &[f32]| v[t * V..(t + 1) * V].to_vec();
+        let (p, f, w) = (row(&plain), row(&five), row(&want));
+        let mut order: Vec<usize> = (0..V).collect();
+        order.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
+        for (rank, &i) in order.iter().enumerate() {
+            if rank < 5 {
+                assert!((f[i] - w[i]).abs() <= 1e-5 * range, "token {t} best {rank}");
+            } else {
+                assert_eq!(f[i].to_bits(), p[i].to_bits(), "token {t} rank {rank}");
+            }
+        }
+        assert_ne!(p, w, "the random tiles are not the embedding");
+    }
+    // An untied model's tiles are the head: nothing to re-score against.
+    let mut untied = sp.clone();
+    untied.tied_head = false;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_pack_with(dir.path(), &untied, true, false);
+    let mut m = Model::load(Pack::open(dir.path(), false).expect("open")).expect("load");
+    assert_eq!(m.head_rescore(), 0);
+    assert_eq!(m.set_head_rescore(8), 0);
+}
+
+#[test]
+fn a_scan_head_ranks_and_the_exact_head_scores() {
+    let sp = spec(QkNorm::BeforeRope, Act::GeluTanh, true);
+    let (_a, exact) = load(&sp);
+    let (plain_dir, with_scan) = (tempfile::tempdir().expect("t"), tempfile::tempdir().expect("t"));
+    write_pack_with(plain_dir.path(), &sp, true, false);
+    write_pack_with(with_scan.path(), &sp, true, true);
+    let mut plain = Model::load(Pack::open(plain_dir.path(), false).expect("open")).expect("load");
+    let mut m = Model::load(Pack::open(with_scan.path(), false).expect("open")).expect("load");
+    let check = m.self_check().expect("self-check");
+    assert_eq!(
+        check.matrices,
+        plain.self_check().expect("self-check").matrices + 1,
+        "the scan head is self-checked"
+    );
+    let toks = [1u32, 5, 9, 33, 7];
+    let run = |m: &Model| {
+        let mut s = m.session(16);
+        m.forward(&mut s, &toks, true).expect("forward")
+    };
+    let want = run(&exact);
+    let range = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+    // Every candidate re-scored: exactly the exact head, whatever ranked them.
+    m.set_head_rescore(V);
+    for (i, (a, b)) in run(&m).iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * range, "logit {i}: {a} vs {b}");
+    }
+    // Re-scoring off: the stored tiles are the head, the scan is not read.
+    m.set_head_rescore(0);
+    plain.set_head_rescore(0);
+    assert_eq!(run(&m), run(&plain));
+    // A few candidates: each token's argmax is the exact head's (the scan of the embedding
+    // ranks its own best row first or close).
+    m.set_head_rescore(4);
+    let got = run(&m);
+    let argmax = |v: &[f32]| {
+        (0..v.len())
+            .max_by(|&a, &b| v[a].total_cmp(&v[b]))
+            .expect("non-empty")
+    };
+    for t in 0..toks.len() {
+        let row = |v: &[f32]| v[t * V..(t + 1) * V].to_vec();
+        assert_eq!(argmax(&row(&got)), argmax(&row(&want)), "token {t}");
+    }
 }
 
 #[test]

@@ -86,6 +86,11 @@ pub struct ModelSpec {
     pub embed_scale: f32,
     /// With no `lm_head.weight`, the head is the embedding divided by this (its pre-scale).
     pub tied_head_divisor: f32,
+    /// The head is the embedding (tied), so the pack's bf16 embedding divided by
+    /// `tied_head_divisor` is the exact head even where `lm_head.weight` is stored as tiles: the
+    /// host re-scores the tiled head's best candidates against it (see `Model::set_head_rescore`).
+    #[serde(default)]
+    pub tied_head: bool,
     /// `cap·tanh(logits/cap)` on the final logits.
     pub final_softcap: Option<f32>,
     /// `cap·tanh(scores/cap)` on attention scores.

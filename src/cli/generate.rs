@@ -38,6 +38,10 @@ pub struct PackSource {
     /// Run a pack whose verification did not pass.
     #[arg(long)]
     pub allow_unverified: bool,
+    /// Candidates per token whose logits are recomputed from the exact (bf16) head when the head
+    /// is 4-bit tiles of a tied embedding; 0 keeps the tiled logits [default: 128].
+    #[arg(long, value_name = "N")]
+    pub head_rescore: Option<usize>,
 }
 
 impl PackSource {
@@ -72,7 +76,16 @@ impl PackSource {
         let pack = Pack::open(&dir, self.allow_unverified).map_err(refusal)?;
         let template = pack.manifest.chat_template.clone();
         let tok = pack.tokenizer_path();
-        let model = Model::load(pack).map_err(refusal)?;
+        let mut model = Model::load(pack).map_err(refusal)?;
+        if let Some(k) = self.head_rescore {
+            model.set_head_rescore(k);
+        }
+        if model.head_rescore() > 0 {
+            tracing::info!(
+                candidates = model.head_rescore(),
+                "head re-scored against the bf16 embedding <- tied head stored as tiles"
+            );
+        }
         let check = model.self_check().map_err(refusal)?;
         tracing::info!(
             path = check.path,

@@ -20,6 +20,7 @@
 
 pub mod layout;
 mod scalar;
+pub mod scan;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -324,35 +325,51 @@ pub struct CheckResult {
 /// the reference decode (exact f64 dot products on the activations as the kernel reads them, so
 /// int8 activation rounding is not counted as kernel error). Tolerance is the caller's.
 pub fn self_check(m: &QMatrix<'_>, path: Path) -> CheckResult {
+    let x = check_input(m.k);
+    let mut y = vec![0f32; m.rows];
+    m.matmul(path, &x, 1, &mut y);
+    let x = Activations::new(&x, 1, m.k, m.k_padded(), quantizes(&m.layout)).effective();
+    let r_tile = m.layout.rows;
+    compare_rows(&y, r_tile, &x[..m.k], |r, w| m.row_reference(r, w))
+}
+
+/// The pseudo-random activation of a self-check (`k` values in ±0.5).
+pub(crate) fn check_input(k: usize) -> Vec<f32> {
     let mut s = 0x9E37_79B9_7F4A_7C15u64;
-    let x: Vec<f32> = (0..m.k)
+    (0..k)
         .map(|_| {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
             (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
         })
-        .collect();
-    let mut y = vec![0f32; m.rows];
-    m.matmul(path, &x, 1, &mut y);
-    let x = Activations::new(&x, 1, m.k, m.k_padded(), quantizes(&m.layout)).effective();
-    let r_tile = m.layout.rows;
-    let mut rows: Vec<usize> = (0..r_tile.min(m.rows)).collect();
-    rows.extend(m.rows.saturating_sub(r_tile)..m.rows);
+        .collect()
+}
+
+/// Compares the first and last `band` rows of a kernel's output `y` with exact f64 dot products
+/// of the reference rows (`row_ref(r, out)`) and the activations `x` as the kernel read them.
+pub(crate) fn compare_rows(
+    y: &[f32],
+    band: usize,
+    x: &[f32],
+    mut row_ref: impl FnMut(usize, &mut [f32]),
+) -> CheckResult {
+    let n = y.len();
+    let mut rows: Vec<usize> = (0..band.min(n)).collect();
+    rows.extend(n.saturating_sub(band)..n);
     rows.dedup();
-    let mut w = vec![0f32; m.k];
-    let mut max_rel = 0f32;
+    let mut w = vec![0f32; x.len()];
     let mut scale = 0f64;
     let mut errs = Vec::new();
     for &r in &rows {
-        m.row_reference(r, &mut w);
-        let want: f64 = w.iter().zip(&x).map(|(&a, &b)| a as f64 * b as f64).sum();
+        row_ref(r, &mut w);
+        let want: f64 = w.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
         scale = scale.max(want.abs());
         errs.push((y[r] as f64 - want).abs());
     }
-    for e in errs {
-        max_rel = max_rel.max((e / (scale + 1e-30)) as f32);
-    }
+    let max_rel = errs
+        .into_iter()
+        .fold(0f32, |m, e| m.max((e / (scale + 1e-30)) as f32));
     CheckResult {
         max_rel,
         rows: rows.len(),
