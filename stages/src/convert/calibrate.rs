@@ -86,7 +86,6 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         },
         chat_template: None,
         decisions: Vec::new(),
-        head_scan: None,
     };
     std::fs::write(
         repo.join("manifest.json"),
