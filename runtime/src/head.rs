@@ -1,15 +1,15 @@
 //! Exact re-scoring of a quantized tied head's best candidates.
 //!
 //! A tied head stored as 4-bit tiles is the single matrix that costs a small model the most
-//! accuracy: on Gemma 3 270M the 4-bit head alone takes teacher-forced top-1 agreement from 98 %
-//! to 85 %. Its exact values are the pack's bf16 embedding rows divided by the pre-scale, but
-//! reading all of them costs 2 bytes per weight, three times the tiles. So the tiled head still
-//! scores the whole vocabulary, and only its `k` best rows are read again from the embedding and
-//! their logits replaced by the exact products: `k·hidden·2` bytes more per token (164 KB for
-//! k = 128 on Gemma 3 270M, next to 105 MB of head tiles). Greedy decoding then picks the exact
-//! head's choice whenever it is among the tiled `k` best (on Gemma's essay it always was: the
-//! exact choice ranks at most 5th under the 4-bit head), and the softmax mass that perplexity and
-//! sampling see is exact where it is concentrated. The other logits keep their tiled values.
+//! accuracy (Gemma 3 270M: the 4-bit head alone takes teacher-forced top-1 from 98 % to 85 %), and
+//! the largest one to read per token (262,144 rows). Its exact values are the pack's bf16
+//! embedding rows divided by the pre-scale, but reading all of them costs 2 bytes per weight, three
+//! times the tiles. So the tiled head scans the whole vocabulary and only the `k` best rows of
+//! that scan are read again from the embedding and their logits replaced by the exact products:
+//! `k·hidden·2` more bytes per token (160 KB for k = 128 on Gemma 3 270M, against 105 MB of tiles).
+//! Greedy decoding then picks the exact head's choice whenever it is among the tiled `k` best, and
+//! the softmax mass that perplexity and sampling see is exact where it is concentrated. The other
+//! logits keep their tiled values.
 
 use rayon::prelude::*;
 

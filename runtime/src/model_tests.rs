@@ -8,7 +8,9 @@ use std::io::Write;
 use crate::kernels::tests::random_matrix;
 use crate::kernels::{QMatrix, TileLayout};
 use crate::model::Model;
-use crate::pack::{FORMAT, Manifest, Pack, Provenance, TensorEntry, VERSION, Verification};
+use crate::pack::{
+    FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Pack, Provenance, TensorEntry, VERSION, Verification,
+};
 use crate::spec::{Act, LayerSpec, ModelSpec, QkNorm, RopeTable};
 
 const H: usize = 128;
@@ -65,11 +67,12 @@ fn spec(qk: QkNorm, act: Act, sandwich: bool) -> ModelSpec {
 
 /// Writes a pack with random weights for `spec` into `dir`.
 fn write_pack(dir: &std::path::Path, spec: &ModelSpec) {
-    write_pack_with(dir, spec, false);
+    write_pack_with(dir, spec, false, false);
 }
 
-/// [`write_pack`], with `lm_head.weight` stored as (random) tiles when `tiled_head`.
-fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool) {
+/// [`write_pack`], with `lm_head.weight` stored as (random) tiles when `tiled_head`, and the
+/// embedding's 2-bit scan head when `scan`.
+fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, scan: bool) {
     let layout = TileLayout::by_name("Q41_1280").expect("layout");
     let mut tensors: Vec<(String, &str, Vec<u64>, Vec<u8>)> = Vec::new();
     let mut seed = 1u64;
@@ -187,6 +190,17 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool) {
         },
         chat_template: None,
         decisions: vec![],
+        head_scan: scan.then(|| {
+            let emb = &tensors[0].3;
+            let bytes = crate::kernels::scan::encode_bf16(emb, V, H, 1.0 / spec.tied_head_divisor);
+            std::fs::write(dir.join(HEAD_SCAN_FILE), &bytes).expect("scan");
+            HeadScan {
+                file: HEAD_SCAN_FILE.into(),
+                rows: V as u64,
+                k: H as u64,
+                blake3: blake3::hash(&bytes).to_hex().to_string(),
+            }
+        }),
     };
     std::fs::write(
         dir.join("manifest.json"),
@@ -222,13 +236,9 @@ fn load(spec: &ModelSpec) -> (tempfile::TempDir, Model) {
 fn the_tiled_tied_head_rescores_its_best_candidates_with_the_exact_head() {
     let sp = spec(QkNorm::BeforeRope, Act::GeluTanh, true);
     let (_a, exact) = load(&sp);
-    assert_eq!(
-        exact.head_rescore(),
-        0,
-        "a bf16 head has nothing to re-score"
-    );
+    assert_eq!(exact.head_rescore(), 0, "a bf16 head has nothing to re-score");
     let dir = tempfile::tempdir().expect("tempdir");
-    write_pack_with(dir.path(), &sp, true);
+    write_pack_with(dir.path(), &sp, true, false);
     let mut tiled = Model::load(Pack::open(dir.path(), false).expect("open")).expect("load");
     let toks = [1u32, 5, 9, 33, 7];
     let run = |m: &Model| {
@@ -239,11 +249,7 @@ fn the_tiled_tied_head_rescores_its_best_candidates_with_the_exact_head() {
     assert_eq!(tiled.set_head_rescore(0), 0);
     let plain = run(&tiled);
     // Every candidate re-scored: the exact head's logits.
-    assert_eq!(
-        tiled.set_head_rescore(usize::MAX),
-        V,
-        "capped at the vocabulary"
-    );
+    assert_eq!(tiled.set_head_rescore(usize::MAX), V, "capped at the vocabulary");
     let all = run(&tiled);
     let range = want.iter().fold(0f32, |a, v| a.max(v.abs()));
     for (i, (a, b)) in all.iter().zip(&want).enumerate() {
@@ -270,10 +276,56 @@ fn the_tiled_tied_head_rescores_its_best_candidates_with_the_exact_head() {
     let mut untied = sp.clone();
     untied.tied_head = false;
     let dir = tempfile::tempdir().expect("tempdir");
-    write_pack_with(dir.path(), &untied, true);
+    write_pack_with(dir.path(), &untied, true, false);
     let mut m = Model::load(Pack::open(dir.path(), false).expect("open")).expect("load");
     assert_eq!(m.head_rescore(), 0);
     assert_eq!(m.set_head_rescore(8), 0);
+}
+
+#[test]
+fn a_scan_head_ranks_and_the_exact_head_scores() {
+    let sp = spec(QkNorm::BeforeRope, Act::GeluTanh, true);
+    let (_a, exact) = load(&sp);
+    let (plain_dir, with_scan) = (tempfile::tempdir().expect("t"), tempfile::tempdir().expect("t"));
+    write_pack_with(plain_dir.path(), &sp, true, false);
+    write_pack_with(with_scan.path(), &sp, true, true);
+    let mut plain = Model::load(Pack::open(plain_dir.path(), false).expect("open")).expect("load");
+    let mut m = Model::load(Pack::open(with_scan.path(), false).expect("open")).expect("load");
+    let check = m.self_check().expect("self-check");
+    assert_eq!(
+        check.matrices,
+        plain.self_check().expect("self-check").matrices + 1,
+        "the scan head is self-checked"
+    );
+    let toks = [1u32, 5, 9, 33, 7];
+    let run = |m: &Model| {
+        let mut s = m.session(16);
+        m.forward(&mut s, &toks, true).expect("forward")
+    };
+    let want = run(&exact);
+    let range = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+    // Every candidate re-scored: exactly the exact head, whatever ranked them.
+    m.set_head_rescore(V);
+    for (i, (a, b)) in run(&m).iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * range, "logit {i}: {a} vs {b}");
+    }
+    // Re-scoring off: the stored tiles are the head, the scan is not read.
+    m.set_head_rescore(0);
+    plain.set_head_rescore(0);
+    assert_eq!(run(&m), run(&plain));
+    // A few candidates: each token's argmax is the exact head's (the scan of the embedding
+    // ranks its own best row first or close).
+    m.set_head_rescore(4);
+    let got = run(&m);
+    let argmax = |v: &[f32]| {
+        (0..v.len())
+            .max_by(|&a, &b| v[a].total_cmp(&v[b]))
+            .expect("non-empty")
+    };
+    for t in 0..toks.len() {
+        let row = |v: &[f32]| v[t * V..(t + 1) * V].to_vec();
+        assert_eq!(argmax(&row(&got)), argmax(&row(&want)), "token {t}");
+    }
 }
 
 #[test]

@@ -82,7 +82,27 @@ pub struct Manifest {
     pub chat_template: Option<String>,
     /// Every derived decision with its source.
     pub decisions: Vec<String>,
+    /// The host's 2-bit scan copy of a tied head stored as tiles (`kernels::scan`), when the
+    /// repack stage wrote one.
+    #[serde(default)]
+    pub head_scan: Option<HeadScan>,
 }
+
+/// The scan head's file in the pack folder.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadScan {
+    /// File name inside the pack folder.
+    pub file: String,
+    /// Rows (the vocabulary).
+    pub rows: u64,
+    /// Columns (hidden size).
+    pub k: u64,
+    /// blake3 of the file.
+    pub blake3: String,
+}
+
+/// The file name the repack stage gives the scan head.
+pub const HEAD_SCAN_FILE: &str = "head-scan.bin";
 
 /// A tensor's place in the mapped file.
 #[derive(Clone, Debug)]
@@ -104,6 +124,7 @@ pub struct Pack {
     pub manifest: Manifest,
     mmap: Arc<Mmap>,
     stored: BTreeMap<String, Stored>,
+    scan: Option<Mmap>,
 }
 
 impl Pack {
@@ -148,11 +169,35 @@ impl Pack {
         // (entries are replaced by rename, which leaves this mapping intact).
         let mmap = unsafe { Mmap::map(&file) }.at("mmap", &wpath)?;
         let stored = parse_header(dir, &mmap)?;
+        let scan = match &manifest.head_scan {
+            Some(h) => {
+                let spath = dir.join(&h.file);
+                let file = std::fs::File::open(&spath).at("open", &spath)?;
+                // SAFETY: as for model.q4nx.
+                let map = unsafe { Mmap::map(&file) }.at("mmap", &spath)?;
+                let want = h.rows as usize * crate::kernels::scan::row_bytes(h.k as usize);
+                if map.len() != want {
+                    return Err(Error::Pack {
+                        pack: dir.to_path_buf(),
+                        what: format!(
+                            "{}: {} bytes, the manifest's {}×{} scan head needs {want}",
+                            h.file,
+                            map.len(),
+                            h.rows,
+                            h.k
+                        ),
+                    });
+                }
+                Some(map)
+            }
+            None => None,
+        };
         Ok(Pack {
             dir: dir.to_path_buf(),
             manifest,
             mmap: Arc::new(mmap),
             stored,
+            scan,
         })
     }
 
@@ -169,6 +214,12 @@ impl Pack {
     /// The whole mapped file.
     pub fn map(&self) -> &Arc<Mmap> {
         &self.mmap
+    }
+
+    /// The scan head, when the pack has one.
+    pub fn head_scan(&self) -> Option<crate::kernels::scan::ScanMatrix<'_>> {
+        let h = self.manifest.head_scan.as_ref()?;
+        crate::kernels::scan::ScanMatrix::new(h.rows as usize, h.k as usize, self.scan.as_deref()?)
     }
 
     /// The tokenizer file.

@@ -11,7 +11,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use onebit_pipeline::{Input, Stage, StageContext, StageError};
-use onebit_runtime::pack::{FORMAT, Manifest, Provenance, TensorEntry, VERSION, Verification};
+use onebit_runtime::kernels::{TileLayout, scan};
+use onebit_runtime::pack::{
+    FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Provenance, TensorEntry, VERSION, Verification,
+};
+use onebit_runtime::Pack;
 use onebit_runtime::spec::{self, Act, LayerSpec, ModelSpec, RopeTable};
 
 use crate::detect::{Layout, TensorLayout};
@@ -214,7 +218,7 @@ pub struct RepackStage {
 
 impl RepackStage {
     /// Bumped whenever the pack written for the same input can change.
-    pub const VERSION: u32 = 3;
+    pub const VERSION: u32 = 2;
 }
 
 impl Stage for RepackStage {
@@ -290,7 +294,7 @@ impl Stage for RepackStage {
         };
         let mut all_decisions: Vec<String> = sem.decisions.iter().map(|d| d.to_string()).collect();
         all_decisions.extend(decisions);
-        let manifest = Manifest {
+        let mut manifest = Manifest {
             format: FORMAT.into(),
             version: VERSION,
             model: spec,
@@ -309,14 +313,68 @@ impl Stage for RepackStage {
             },
             chat_template,
             decisions: all_decisions,
+            head_scan: None,
         };
         std::fs::write(
             out.join("manifest.json"),
             serde_json::to_vec_pretty(&manifest)?,
         )?;
+        if let Some((scan, decision)) = head_scan(&out, &manifest)? {
+            manifest.head_scan = Some(scan);
+            manifest.decisions.push(decision);
+            std::fs::write(
+                out.join("manifest.json"),
+                serde_json::to_vec_pretty(&manifest)?,
+            )?;
+        }
         tracing::info!(pack = %out.display(), verified = verdict.verified, "re-packed");
         Ok(())
     }
+}
+
+/// Writes the host's 2-bit scan head (`onebit_runtime::kernels::scan`) into the pack folder `out`
+/// when the head is tied and stored as tiles: the host then scans it and re-scores the best
+/// candidates against the bf16 embedding. Returns its manifest entry and the decision.
+fn head_scan(out: &Path, manifest: &Manifest) -> Result<Option<(HeadScan, String)>, StageError> {
+    let Some(spec) = &manifest.model else {
+        return Ok(None);
+    };
+    let head_kind = manifest.tensors.get("lm_head.weight").map(|t| t.kind.as_str());
+    let tiled = head_kind.is_some_and(|k| TileLayout::by_name(k).is_some());
+    if !spec.tied_head || !tiled {
+        return Ok(None);
+    }
+    let pack = Pack::open(out, true)?;
+    let name = "model.embed_tokens.weight";
+    let Some(emb) = pack.stored(name).filter(|s| s.dtype == "BF16") else {
+        return Ok(None);
+    };
+    let (rows, k) = (spec.vocab, spec.hidden);
+    if emb.range.len() != rows * k * 2 {
+        return Ok(None);
+    }
+    let bytes = scan::encode_bf16(
+        &pack.map()[emb.range.clone()],
+        rows,
+        k,
+        1.0 / spec.tied_head_divisor,
+    );
+    let path = out.join(HEAD_SCAN_FILE);
+    std::fs::write(&path, &bytes)?;
+    let entry = HeadScan {
+        file: HEAD_SCAN_FILE.into(),
+        rows: rows as u64,
+        k: k as u64,
+        blake3: blake3::hash(&bytes).to_hex().to_string(),
+    };
+    let decision = format!(
+        "head_scan={HEAD_SCAN_FILE} (2-bit, {}-column groups, {:.1} MB) <- tied head stored as {} \
+         tiles: the host scans it and re-scores the best candidates against the bf16 embedding",
+        scan::GROUP,
+        bytes.len() as f64 / 1e6,
+        head_kind.unwrap_or_default()
+    );
+    Ok(Some((entry, decision)))
 }
 
 fn read_template_from_config(dir: &Path) -> Option<String> {

@@ -20,6 +20,7 @@
 
 pub mod layout;
 mod scalar;
+pub mod scan;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

@@ -86,6 +86,7 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         },
         chat_template: None,
         decisions: Vec::new(),
+        head_scan: None,
     };
     std::fs::write(
         repo.join("manifest.json"),
