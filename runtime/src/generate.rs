@@ -274,6 +274,7 @@ pub fn generate(
 ) -> Result<Generation> {
     let ids = checked_prompt(model, text, req, session.capacity)?;
     session.truncate(0);
+    session.read_top(req.sampler.reads_top());
     let mut dec = Decoder::new(&ids, req);
     let t0 = Instant::now();
     let mut logits = model.forward(session, &ids, false)?;
@@ -339,10 +340,13 @@ impl Evaluation {
     }
 }
 
-/// Evaluates `ids` in chunks of `ctx` tokens (see [`Evaluation`]).
-pub fn evaluate(model: &Model, ids: &[u32], ctx: usize) -> Result<Evaluation> {
+/// Evaluates `ids` in chunks of `ctx` tokens (see [`Evaluation`]). With `argmax_only` only the
+/// top-1 is taken, as greedy decoding reads it (the model may then rank with the pack's scan
+/// head; see [`Session::read_top`]), and nothing is scored.
+pub fn evaluate(model: &Model, ids: &[u32], ctx: usize, argmax_only: bool) -> Result<Evaluation> {
     let mut ev = Evaluation::default();
     let mut session = model.session(ctx);
+    session.read_top(usize::from(argmax_only));
     for chunk in ids.chunks(ctx).filter(|c| c.len() == ctx) {
         let mut toks = chunk.to_vec();
         if let Some(b) = model.spec.bos {
@@ -355,7 +359,7 @@ pub fn evaluate(model: &Model, ids: &[u32], ctx: usize) -> Result<Evaluation> {
             let row = &logits[i * v..(i + 1) * v];
             let best = crate::sample::argmax(row);
             ev.argmax.push(best);
-            if i >= ctx / 2 {
+            if i >= ctx / 2 && !argmax_only {
                 let max = row[best as usize] as f64;
                 let z: f64 = row.iter().map(|&x| (x as f64 - max).exp()).sum();
                 let target = chunk[i + 1] as usize;

@@ -76,9 +76,17 @@ pub(crate) fn top_k(v: &[f32], k: usize, out: &mut Vec<u32>) {
     out.extend(buf.iter().map(|p| p.1));
 }
 
-/// Replaces, for each of the `n` tokens, the `k` largest logits of the tiled head by the exact
-/// head's (`xs` is `n × hidden`, `logits` is `n × vocab`).
-pub(crate) fn rescore(logits: &mut [f32], xs: &[f32], n: usize, head: ExactHead<'_>, k: usize) {
+/// Replaces, for each of the `n` tokens, the `k` largest logits of the ranking head by the exact
+/// head's (`xs` is `n × hidden`, `logits` is `n × vocab`). With `only`, every other logit becomes
+/// −∞: the ranking head's values are not logits anyone should read (the 2-bit scan head).
+pub(crate) fn rescore(
+    logits: &mut [f32],
+    xs: &[f32],
+    n: usize,
+    head: ExactHead<'_>,
+    k: usize,
+    only: bool,
+) {
     if k == 0 || n == 0 {
         return;
     }
@@ -86,8 +94,12 @@ pub(crate) fn rescore(logits: &mut [f32], xs: &[f32], n: usize, head: ExactHead<
     let one = |(row, x): (&mut [f32], &[f32])| {
         let mut idx = Vec::new();
         top_k(row, k, &mut idx);
-        for &i in &idx {
-            row[i as usize] = head.logit(i as usize, x);
+        let exact: Vec<f32> = idx.iter().map(|&i| head.logit(i as usize, x)).collect();
+        if only {
+            row.fill(f32::NEG_INFINITY);
+        }
+        for (&i, &v) in idx.iter().zip(&exact) {
+            row[i as usize] = v;
         }
     };
     if n == 1 {

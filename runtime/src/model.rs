@@ -139,6 +139,8 @@ pub struct Session {
     pub capacity: usize,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
+    /// How many of the best logits the sampler reading this session uses (0 = all of them).
+    reads_top: usize,
 }
 
 impl Session {
@@ -150,7 +152,17 @@ impl Session {
             capacity: 0,
             k: Vec::new(),
             v: Vec::new(),
+            reads_top: 0,
         }
+    }
+
+    /// Says that whatever reads this session's logits uses only the `k` best of each row (greedy:
+    /// 1; top-k sampling: k); 0 (the default) means the whole distribution (perplexity, full
+    /// sampling). When every wanted row of a pass reads at most the re-scored candidates, the
+    /// model ranks them with the pack's scan head (if it has one) instead of the tiled head, and
+    /// the other logits are −∞.
+    pub fn read_top(&mut self, k: usize) {
+        self.reads_top = k;
     }
 
     /// Forgets everything after position `pos` (keeps a shared prompt prefix).
@@ -558,6 +570,7 @@ impl Model {
             v: (0..self.layers.len())
                 .map(|_| vec![0f32; capacity * kvr])
                 .collect(),
+            reads_top: 0,
         }
     }
 
@@ -877,8 +890,13 @@ impl Model {
             return Ok(Vec::new());
         }
         let mut logits = vec![0f32; want.len() * sp.vocab];
-        match self.pack.head_scan().filter(|_| self.rescore > 0) {
-            // The scan head only ranks: its best candidates are re-scored below.
+        // Every wanted row's reader uses only re-scored candidates: rank with the scan head.
+        let top_only = want.iter().all(|&w| {
+            let k = sessions[rows[w].0].reads_top;
+            k > 0 && k <= self.rescore
+        });
+        let scan = self.pack.head_scan().filter(|_| top_only);
+        match scan {
             Some(scan) => scan.matmul(self.path, &xs, want.len(), &mut logits),
             None => self.matmul(&self.head, &xs, want.len(), &mut logits)?,
         }
@@ -888,7 +906,7 @@ impl Model {
                 k: h,
                 scale,
             };
-            crate::head::rescore(&mut logits, &xs, want.len(), exact, k);
+            crate::head::rescore(&mut logits, &xs, want.len(), exact, k, scan.is_some());
         }
         if let Some(cap) = sp.final_softcap {
             for v in logits.iter_mut() {

@@ -9,7 +9,8 @@ use crate::kernels::tests::random_matrix;
 use crate::kernels::{QMatrix, TileLayout};
 use crate::model::Model;
 use crate::pack::{
-    FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Pack, Provenance, TensorEntry, VERSION, Verification,
+    FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Pack, Provenance, TensorEntry, VERSION,
+    Verification,
 };
 use crate::spec::{Act, LayerSpec, ModelSpec, QkNorm, RopeTable};
 
@@ -236,7 +237,11 @@ fn load(spec: &ModelSpec) -> (tempfile::TempDir, Model) {
 fn the_tiled_tied_head_rescores_its_best_candidates_with_the_exact_head() {
     let sp = spec(QkNorm::BeforeRope, Act::GeluTanh, true);
     let (_a, exact) = load(&sp);
-    assert_eq!(exact.head_rescore(), 0, "a bf16 head has nothing to re-score");
+    assert_eq!(
+        exact.head_rescore(),
+        0,
+        "a bf16 head has nothing to re-score"
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     write_pack_with(dir.path(), &sp, true, false);
     let mut tiled = Model::load(Pack::open(dir.path(), false).expect("open")).expect("load");
@@ -249,7 +254,11 @@ fn the_tiled_tied_head_rescores_its_best_candidates_with_the_exact_head() {
     assert_eq!(tiled.set_head_rescore(0), 0);
     let plain = run(&tiled);
     // Every candidate re-scored: the exact head's logits.
-    assert_eq!(tiled.set_head_rescore(usize::MAX), V, "capped at the vocabulary");
+    assert_eq!(
+        tiled.set_head_rescore(usize::MAX),
+        V,
+        "capped at the vocabulary"
+    );
     let all = run(&tiled);
     let range = want.iter().fold(0f32, |a, v| a.max(v.abs()));
     for (i, (a, b)) in all.iter().zip(&want).enumerate() {
@@ -286,7 +295,10 @@ fn the_tiled_tied_head_rescores_its_best_candidates_with_the_exact_head() {
 fn a_scan_head_ranks_and_the_exact_head_scores() {
     let sp = spec(QkNorm::BeforeRope, Act::GeluTanh, true);
     let (_a, exact) = load(&sp);
-    let (plain_dir, with_scan) = (tempfile::tempdir().expect("t"), tempfile::tempdir().expect("t"));
+    let (plain_dir, with_scan) = (
+        tempfile::tempdir().expect("t"),
+        tempfile::tempdir().expect("t"),
+    );
     write_pack_with(plain_dir.path(), &sp, true, false);
     write_pack_with(with_scan.path(), &sp, true, true);
     let mut plain = Model::load(Pack::open(plain_dir.path(), false).expect("open")).expect("load");
@@ -298,33 +310,42 @@ fn a_scan_head_ranks_and_the_exact_head_scores() {
         "the scan head is self-checked"
     );
     let toks = [1u32, 5, 9, 33, 7];
-    let run = |m: &Model| {
+    let run = |m: &Model, reads_top: usize| {
         let mut s = m.session(16);
+        s.read_top(reads_top);
         m.forward(&mut s, &toks, true).expect("forward")
     };
-    let want = run(&exact);
+    let want = run(&exact, 0);
     let range = want.iter().fold(0f32, |a, v| a.max(v.abs()));
-    // Every candidate re-scored: exactly the exact head, whatever ranked them.
-    m.set_head_rescore(V);
-    for (i, (a, b)) in run(&m).iter().zip(&want).enumerate() {
-        assert!((a - b).abs() <= 1e-5 * range, "logit {i}: {a} vs {b}");
-    }
-    // Re-scoring off: the stored tiles are the head, the scan is not read.
-    m.set_head_rescore(0);
-    plain.set_head_rescore(0);
-    assert_eq!(run(&m), run(&plain));
-    // A few candidates: each token's argmax is the exact head's (the scan of the embedding
-    // ranks its own best row first or close).
-    m.set_head_rescore(4);
-    let got = run(&m);
     let argmax = |v: &[f32]| {
         (0..v.len())
             .max_by(|&a, &b| v[a].total_cmp(&v[b]))
             .expect("non-empty")
     };
+    // A reader of the whole distribution never gets the scan: the tiled head's numbers.
+    m.set_head_rescore(4);
+    plain.set_head_rescore(4);
+    assert_eq!(run(&m, 0), run(&plain, 0));
+    // A greedy reader: the scan ranks, four candidates are exact, the rest −∞, and each
+    // token's choice is the exact head's.
+    let got = run(&m, 1);
     for t in 0..toks.len() {
-        let row = |v: &[f32]| v[t * V..(t + 1) * V].to_vec();
-        assert_eq!(argmax(&row(&got)), argmax(&row(&want)), "token {t}");
+        let (g, w) = (&got[t * V..(t + 1) * V], &want[t * V..(t + 1) * V]);
+        assert_eq!(g.iter().filter(|v| v.is_finite()).count(), 4, "token {t}");
+        for (i, (&a, &b)) in g.iter().zip(w).enumerate() {
+            assert!(
+                a == f32::NEG_INFINITY || (a - b).abs() <= 1e-5 * range,
+                "[{t}][{i}]"
+            );
+        }
+        assert_eq!(argmax(g), argmax(w), "token {t}");
+    }
+    // A top-8 reader needs more than the four candidates: the tiled head again.
+    assert_eq!(run(&m, 8), run(&plain, 8));
+    // Every candidate re-scored: exactly the exact head, whatever ranked them.
+    m.set_head_rescore(V);
+    for (i, (a, b)) in run(&m, 1).iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * range, "logit {i}: {a} vs {b}");
     }
 }
 

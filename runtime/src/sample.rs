@@ -19,6 +19,21 @@ pub struct SamplerConfig {
     pub seed: u64,
 }
 
+impl SamplerConfig {
+    /// How many of each row's best logits this sampler reads: 1 when greedy, `top_k` when it
+    /// keeps the top k; 0 (all) otherwise and whenever a repetition penalty may push the best
+    /// tokens down below others.
+    pub fn reads_top(&self) -> usize {
+        if self.repetition_penalty != 1.0 {
+            0
+        } else if self.temperature <= 0.0 {
+            1
+        } else {
+            self.top_k
+        }
+    }
+}
+
 impl Default for SamplerConfig {
     fn default() -> Self {
         SamplerConfig {

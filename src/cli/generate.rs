@@ -345,6 +345,10 @@ pub struct EvalArgs {
     /// Worker threads [default: all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
+    /// Only the teacher-forced top-1, as greedy decoding reads it (ranked by the pack's scan
+    /// head when it has one); no perplexity.
+    #[arg(long)]
+    pub argmax_only: bool,
 }
 
 /// Perplexity and teacher-forced top-1 (llama.cpp `perplexity` chunking), printed as one JSON
@@ -369,7 +373,7 @@ pub fn eval(g: &Global, a: EvalArgs) -> anyhow::Result<ExitCode> {
         (None, None) => anyhow::bail!("give --file FILE or --ids JSON"),
     };
     let t0 = std::time::Instant::now();
-    let ev = onebit_runtime::generate::evaluate(&model, &ids, ctx)?;
+    let ev = onebit_runtime::generate::evaluate(&model, &ids, ctx, a.argmax_only)?;
     let secs = t0.elapsed().as_secs_f64();
     // For --ids, the first logits after the sequence, to compare numbers with other runtimes.
     let logits_head: Vec<f32> = if a.ids.is_some() {
@@ -386,7 +390,8 @@ pub fn eval(g: &Global, a: EvalArgs) -> anyhow::Result<ExitCode> {
         "{}",
         serde_json::json!({
             "tokens": ids.len(), "ctx": ctx, "chunks": ids.len() / ctx.max(1),
-            "scored": ev.scored, "perplexity": ev.perplexity(),
+            "scored": ev.scored,
+            "perplexity": (!a.argmax_only).then(|| ev.perplexity()),
             "top1_next_token": ev.top1_hits as f64 / ev.scored.max(1) as f64,
             "argmax": ev.argmax, "seconds": secs, "logits_last_head": logits_head,
             "tokens_per_s": (ids.len() / ctx.max(1) * ctx) as f64 / secs,

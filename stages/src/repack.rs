@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_runtime::Pack;
 use onebit_runtime::kernels::{TileLayout, scan};
 use onebit_runtime::pack::{
     FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Provenance, TensorEntry, VERSION, Verification,
 };
-use onebit_runtime::Pack;
 use onebit_runtime::spec::{self, Act, LayerSpec, ModelSpec, RopeTable};
 
 use crate::detect::{Layout, TensorLayout};
@@ -339,7 +339,10 @@ fn head_scan(out: &Path, manifest: &Manifest) -> Result<Option<(HeadScan, String
     let Some(spec) = &manifest.model else {
         return Ok(None);
     };
-    let head_kind = manifest.tensors.get("lm_head.weight").map(|t| t.kind.as_str());
+    let head_kind = manifest
+        .tensors
+        .get("lm_head.weight")
+        .map(|t| t.kind.as_str());
     let tiled = head_kind.is_some_and(|k| TileLayout::by_name(k).is_some());
     if !spec.tied_head || !tiled {
         return Ok(None);

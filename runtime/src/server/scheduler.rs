@@ -166,6 +166,7 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
                 .pop()
                 .unwrap_or_else(|| engine.model.session(limits.ctx));
             session.truncate(0);
+            session.read_top(job.req.sampler.reads_top());
             let dec = Decoder::new(&job.ids, &job.req);
             active.push(Seq {
                 job,
