@@ -175,7 +175,7 @@ impl Pack {
                 let file = std::fs::File::open(&spath).at("open", &spath)?;
                 // SAFETY: as for model.q4nx.
                 let map = unsafe { Mmap::map(&file) }.at("mmap", &spath)?;
-                let want = h.rows as usize * crate::kernels::scan::row_bytes(h.k as usize);
+                let want = crate::kernels::scan::matrix_bytes(h.rows as usize, h.k as usize);
                 if map.len() != want {
                     return Err(Error::Pack {
                         pack: dir.to_path_buf(),
