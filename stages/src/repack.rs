@@ -218,7 +218,7 @@ pub struct RepackStage {
 
 impl RepackStage {
     /// Bumped whenever the pack written for the same input can change.
-    pub const VERSION: u32 = 2;
+    pub const VERSION: u32 = 4;
 }
 
 impl Stage for RepackStage {
