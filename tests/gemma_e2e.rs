@@ -91,6 +91,33 @@ fn the_quarter_tile_demo_pack_converts_verifies_and_answers_paris() {
     // the same sentence (uncalibrated, it drifts into a list of quiz questions).
     let text = runs[0]["text"].as_str().unwrap_or_default();
     assert!(text.contains("Paris"), "{text:?}");
+
+    // Greedy decoding ranks with the pack's 2-bit scan head and re-scores its best exactly; a
+    // reader of the whole distribution gets the 4-bit head. Teacher-forced over BOS + the
+    // answer, both pick the same token at every position.
+    let mut ids = vec![2u64];
+    ids.extend(
+        runs[0]["tokens"]
+            .as_array()
+            .expect("tokens")
+            .iter()
+            .filter_map(|t| t.as_u64()),
+    );
+    let ids = serde_json::to_string(&ids).expect("ids");
+    let eval = |extra: &[&str]| -> serde_json::Value {
+        let s = ok(bin(&home)
+            .args(["eval", "--path"])
+            .arg(&repo)
+            .arg("--reference")
+            .arg(gemma_gguf())
+            .args(["--ids", &ids])
+            .args(extra));
+        serde_json::from_str(s.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}: {s}"))
+    };
+    let (whole, greedy) = (eval(&[]), eval(&["--argmax-only"]));
+    assert!(greedy["perplexity"].is_null(), "{greedy}");
+    assert_eq!(greedy["argmax"], whole["argmax"], "{greedy} vs {whole}");
 }
 
 #[test]
