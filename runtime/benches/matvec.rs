@@ -38,6 +38,36 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Times `product` (reading `data`, `macs` multiply-adds) against one single-thread pass summing
+/// `data` as u64 words, alternated, and prints the medians.
+fn report(name: &str, data: &[u8], macs: usize, mut product: impl FnMut()) {
+    let reps = (400_000_000 / data.len()).clamp(3, 200);
+    let mut t_kernel = Vec::new();
+    let mut t_read = Vec::new();
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        product();
+        t_kernel.push(t0.elapsed().as_secs_f64());
+        let t0 = Instant::now();
+        let s: u64 = data
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .fold(0u64, u64::wrapping_add);
+        black_box(s);
+        t_read.push(t0.elapsed().as_secs_f64());
+    }
+    let (tk, tr) = (median(t_kernel), median(t_read));
+    let gb = data.len() as f64 / 1e9;
+    println!(
+        "{name:<44} {:>7.2} ms  {:>6.2} GB/s weights ({:>6.1} GMAC/s) | baseline read 1 thread {:>6.2} GB/s | kernel/read {:>5.1} %",
+        tk * 1e3,
+        gb / tk,
+        macs as f64 / tk / 1e9,
+        gb / tr,
+        100.0 * tr / tk
+    );
+}
+
 fn main() {
     let path = Path::detect();
     let threads = rayon::current_num_threads();
@@ -62,32 +92,9 @@ fn main() {
         let m = QMatrix::new(layout, rows, k, &data).expect("sizes");
         let x: Vec<f32> = (0..n * k).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect();
         let mut y = vec![0f32; n * rows];
-        let reps = (400_000_000 / data.len()).clamp(3, 200);
-        let mut t_kernel = Vec::new();
-        let mut t_read = Vec::new();
-        for _ in 0..reps {
-            let t0 = Instant::now();
-            m.matmul(path, black_box(&x), n, &mut y);
-            black_box(&y);
-            t_kernel.push(t0.elapsed().as_secs_f64());
-            let t0 = Instant::now();
-            let s: u64 = data
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                .fold(0u64, u64::wrapping_add);
-            black_box(s);
-            t_read.push(t0.elapsed().as_secs_f64());
-        }
-        let (tk, tr) = (median(t_kernel), median(t_read));
-        let gb = data.len() as f64 / 1e9;
-        println!(
-            "{name:<44} {:>7.2} ms  {:>6.2} GB/s tiles ({:>6.1} GMAC/s) | baseline read 1 thread {:>6.2} GB/s | kernel/read {:>5.1} %",
-            tk * 1e3,
-            gb / tk,
-            (rows * k * n) as f64 / tk / 1e9,
-            gb / tr,
-            100.0 * tr / tk
-        );
+        report(name, &data, rows * k * n, || {
+            m.matmul(path, black_box(&x), n, &mut y)
+        });
     }
     // The 2-bit scan head on the same shape (random bf16 rows encoded as the repack stage does).
     let (rows, k) = (262_144, 640);
@@ -99,30 +106,7 @@ fn main() {
     let m = ScanMatrix::new(rows, k, &data).expect("sizes");
     let x: Vec<f32> = (0..k).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect();
     let mut y = vec![0f32; rows];
-    let mut t_kernel = Vec::new();
-    let mut t_read = Vec::new();
-    for _ in 0..20 {
-        let t0 = Instant::now();
-        m.matmul(path, black_box(&x), 1, &mut y);
-        black_box(&y);
-        t_kernel.push(t0.elapsed().as_secs_f64());
-        let t0 = Instant::now();
-        let s: u64 = data
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .fold(0u64, u64::wrapping_add);
-        black_box(s);
-        t_read.push(t0.elapsed().as_secs_f64());
-    }
-    let (tk, tr) = (median(t_kernel), median(t_read));
-    let gb = data.len() as f64 / 1e9;
-    println!(
-        "{:<44} {:>7.2} ms  {:>6.2} GB/s codes ({:>6.1} GMAC/s) | baseline read 1 thread {:>6.2} GB/s | kernel/read {:>5.1} %",
-        "scan head 262144x640 (2-bit)",
-        tk * 1e3,
-        gb / tk,
-        (rows * k) as f64 / tk / 1e9,
-        gb / tr,
-        100.0 * tr / tk
-    );
+    report("scan head 262144x640 (2-bit)", &data, rows * k, || {
+        m.matmul(path, black_box(&x), 1, &mut y)
+    });
 }

@@ -4,12 +4,13 @@
 //! accuracy (Gemma 3 270M: the 4-bit head alone takes teacher-forced top-1 from 98 % to 85 %), and
 //! the largest one to read per token (262,144 rows). Its exact values are the pack's bf16
 //! embedding rows divided by the pre-scale, but reading all of them costs 2 bytes per weight, three
-//! times the tiles. So the tiled head scans the whole vocabulary and only the `k` best rows of
-//! that scan are read again from the embedding and their logits replaced by the exact products:
-//! `k·hidden·2` more bytes per token (160 KB for k = 128 on Gemma 3 270M, against 105 MB of tiles).
-//! Greedy decoding then picks the exact head's choice whenever it is among the tiled `k` best, and
+//! times the tiles. So a cheaper head ranks the whole vocabulary — the 4-bit tiles, or for readers
+//! of the best logits only the 2-bit scan head (`kernels::scan`) — and only the `k` best rows of
+//! that ranking are read again from the embedding and their logits replaced by the exact
+//! products: `k·hidden·2` more bytes per token (164 KB for k = 128 on Gemma 3 270M). Greedy
+//! decoding then picks the exact head's choice whenever it is among the ranking's `k` best, and
 //! the softmax mass that perplexity and sampling see is exact where it is concentrated. The other
-//! logits keep their tiled values.
+//! logits keep the tiles' values, or are −∞ after the scan head.
 
 use rayon::prelude::*;
 
