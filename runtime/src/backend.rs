@@ -46,11 +46,9 @@ impl Backend for Host {
         let Some(first) = mats.first() else {
             return Ok(());
         };
-        let fusable = mats.iter().all(|m| {
-            m.k == first.k
-                && m.layout.cols == first.layout.cols
-                && kernels::quantizes(&m.layout) == kernels::quantizes(&first.layout)
-        });
+        let fusable = mats
+            .iter()
+            .all(|m| m.k == first.k && m.layout.cols == first.layout.cols);
         if fusable {
             kernels::matmul_many(self.path, mats, x, n, ys);
         } else {

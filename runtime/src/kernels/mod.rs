@@ -7,12 +7,12 @@
 //! sequence of operations whatever the batch size, so a batched prefill produces bit-for-bit the
 //! values of token-by-token steps.
 //!
-//! 4-bit tiles take their activations as int8 ([`Activations`]): per token and 32-column group
+//! Every layout takes its activations as int8 ([`Activations`]): per token and 32-column group
 //! one f32 scale `amax/127` and 32 codes, as llama.cpp's `Q8_1` does. The inner sum is then an
-//! exact integer (`u8×i8` pair products, `maddubs` on AVX2), `y[r] += d[r,g]·dx[g]·Σ q·xq +
-//! m[r,g]·dx[g]·Σ xq`: exactly the product of the weights with the dequantized activations
-//! ([`Activations::effective`]), which is what the tests and the self-check compare against.
-//! 8-bit tiles keep f32 activations.
+//! exact integer (4-bit codes: `u8×i8` pair products, `maddubs` on AVX2; 8-bit codes: `i16×i16`
+//! pairs, `madd`), `y[r] += d[r,g]·dx[g]·Σ q·xq + m[r,g]·dx[g]·Σ xq`: exactly the product of the
+//! weights with the dequantized activations ([`Activations::effective`]), which is what the tests
+//! and the self-check compare against.
 //!
 //! Paths: AVX2+FMA (runtime-detected; 16-row sub-bands, even/odd nibbles in two registers) and a
 //! portable scalar path with the same formulas. [`self_check`] compares either with the reference
@@ -140,25 +140,16 @@ impl<'a> QMatrix<'a> {
     }
 }
 
-/// Whether products with `layout` read int8 activations (4-bit codes) or f32 (8-bit codes).
-pub fn quantizes(layout: &TileLayout) -> bool {
-    !matches!(layout.codes, CodeKind::S8)
-}
-
 /// The activations of one call as every path reads them: `n` tokens padded to `kp` columns (pad
-/// = 0), their exact f32 group sums, and the int8 form — per (token, 32-column group) a scale
-/// `amax/127`, codes `round(x/scale)` and the codes' sum.
+/// = 0) in int8 form — per (token, 32-column group) a scale `amax/127`, codes `round(x/scale)` and
+/// the codes' sum.
 #[derive(Clone, Debug, Default)]
 pub struct Activations {
     /// Tokens.
     pub n: usize,
     /// Padded K.
     pub kp: usize,
-    /// `n × kp` f32 values.
-    pub x: Vec<f32>,
-    /// `n × kp/32` exact f32 group sums.
-    pub sum: Vec<f32>,
-    /// `n × kp` int8 codes (empty unless quantized).
+    /// `n × kp` int8 codes.
     pub q: Vec<i8>,
     /// `n × kp/32` int8 scales.
     pub qd: Vec<f32>,
@@ -167,55 +158,42 @@ pub struct Activations {
 }
 
 impl Activations {
-    /// Pads `x` (`n × k`) to `kp` columns, sums each group, and quantizes when `int8`.
-    pub fn new(x: &[f32], n: usize, k: usize, kp: usize, int8: bool) -> Activations {
+    /// Quantizes `x` (`n × k`), padded to `kp` columns.
+    pub fn new(x: &[f32], n: usize, k: usize, kp: usize) -> Activations {
         let groups = kp / 32;
         let mut a = Activations {
             n,
             kp,
-            x: vec![0f32; n * kp],
-            sum: vec![0f32; n * groups],
-            ..Activations::default()
+            q: vec![0i8; n * kp],
+            qd: vec![0f32; n * groups],
+            qsum: vec![0i32; n * groups],
         };
         for t in 0..n {
-            a.x[t * kp..t * kp + k].copy_from_slice(&x[t * k..(t + 1) * k]);
-        }
-        for (s, g) in a.sum.iter_mut().zip(a.x.chunks_exact(32)) {
-            *s = g.iter().sum();
-        }
-        if int8 {
-            a.q = vec![0i8; n * kp];
-            a.qd = vec![0f32; n * groups];
-            a.qsum = vec![0i32; n * groups];
-            for (((g, q), d), qs) in
-                a.x.chunks_exact(32)
-                    .zip(a.q.chunks_exact_mut(32))
-                    .zip(a.qd.iter_mut())
-                    .zip(a.qsum.iter_mut())
-            {
-                let amax = g.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for g in 0..groups {
+                let (c0, c1) = ((g * 32).min(k), ((g + 1) * 32).min(k));
+                let src = &x[t * k + c0..t * k + c1];
+                let q = &mut a.q[t * kp + g * 32..t * kp + g * 32 + (c1 - c0)];
+                let amax = src.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let at = t * groups + g;
                 if amax > 0.0 && amax.is_finite() {
-                    *d = amax / 127.0;
+                    a.qd[at] = amax / 127.0;
                     let inv = 127.0 / amax;
-                    for (o, &v) in q.iter_mut().zip(g) {
+                    for (o, &v) in q.iter_mut().zip(src) {
                         *o = (v * inv).round().clamp(-127.0, 127.0) as i8;
                     }
-                    *qs = q.iter().map(|&v| v as i32).sum();
+                    a.qsum[at] = q.iter().map(|&v| v as i32).sum();
                 } else if !amax.is_finite() {
                     // Non-finite input: keep it visible in the result instead of hiding it.
-                    *d = f32::NAN;
+                    a.qd[at] = f32::NAN;
                 }
             }
         }
         a
     }
 
-    /// The values a product reads, dequantized (`x` itself for f32 activations): the input of
-    /// the exact reference a kernel is checked against.
+    /// The values a product reads, dequantized: the input of the exact reference a kernel is
+    /// checked against.
     pub fn effective(&self) -> Vec<f32> {
-        if self.q.is_empty() {
-            return self.x.clone();
-        }
         self.q
             .chunks_exact(32)
             .zip(&self.qd)
@@ -239,12 +217,7 @@ pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &m
         assert_eq!(y.len(), n * m.rows, "output size");
     }
     assert_eq!(x.len(), n * k, "activation size");
-    let acts = Activations::new(x, n, k, kp, quantizes(&first.layout));
-    assert!(
-        mats.iter()
-            .all(|m| quantizes(&m.layout) == quantizes(&first.layout)),
-        "matmul_many needs one activation form"
-    );
+    let acts = Activations::new(x, n, k, kp);
     // Tasks: (matrix, first row block, row blocks), ≈ 64 KiB of tiles each.
     let mut tasks = Vec::new();
     for (i, m) in mats.iter().enumerate() {
@@ -328,7 +301,7 @@ pub fn self_check(m: &QMatrix<'_>, path: Path) -> CheckResult {
     let x = check_input(m.k);
     let mut y = vec![0f32; m.rows];
     m.matmul(path, &x, 1, &mut y);
-    let x = Activations::new(&x, 1, m.k, m.k_padded(), quantizes(&m.layout)).effective();
+    let x = Activations::new(&x, 1, m.k, m.k_padded()).effective();
     let r_tile = m.layout.rows;
     compare_rows(&y, r_tile, &x[..m.k], |r, w| m.row_reference(r, w))
 }
@@ -417,7 +390,7 @@ pub(crate) mod tests {
     /// Exact products on the activations as the kernels read them (see [`Activations`]).
     fn reference_matmul(m: &QMatrix<'_>, x: &[f32], n: usize) -> Vec<f64> {
         let kp = m.k_padded();
-        let xe = Activations::new(x, n, m.k, kp, quantizes(&m.layout)).effective();
+        let xe = Activations::new(x, n, m.k, kp).effective();
         let x: Vec<f32> = (0..n)
             .flat_map(|t| xe[t * kp..t * kp + m.k].iter().copied())
             .collect();

@@ -1,6 +1,5 @@
 //! The portable kernel: the same per-group formulas as the SIMD path, one row at a time.
 
-use super::layout::CodeKind;
 use super::{Activations, QMatrix};
 
 /// One row block into `out[t·stride + local + r]` (see `QMatrix::block`).
@@ -14,7 +13,6 @@ pub(super) fn block(
 ) {
     let l = &m.layout;
     let (kp, groups, per_tile) = (a.kp, a.kp / 32, l.groups());
-    let int8 = !matches!(l.codes, CodeKind::S8);
     for cb in 0..m.ct {
         let tile = m.tile(rb, cb);
         for g in 0..per_tile {
@@ -23,24 +21,14 @@ pub(super) fn block(
             for r in 0..l.rows {
                 let (d, z) = (l.d(tile, r, g), l.m(tile, r, g));
                 for t in 0..a.n {
-                    let add = if int8 {
-                        let (dx, qs) = (a.qd[t * groups + gg], a.qsum[t * groups + gg]);
-                        let xq = &a.q[t * kp + c0..t * kp + c0 + 32];
-                        let isum: i32 = xq
-                            .iter()
-                            .enumerate()
-                            .map(|(c, &v)| l.q(tile, r, g * 32 + c) as i32 * v as i32)
-                            .sum();
-                        (d * dx) * isum as f32 + z * (dx * qs as f32)
-                    } else {
-                        let x = &a.x[t * kp + c0..t * kp + c0 + 32];
-                        let mut acc = 0f32;
-                        for (c, &xv) in x.iter().enumerate() {
-                            acc += l.q(tile, r, g * 32 + c) * xv;
-                        }
-                        d * acc + z * a.sum[t * groups + gg]
-                    };
-                    out[t * stride + local + r] += add;
+                    let (dx, qs) = (a.qd[t * groups + gg], a.qsum[t * groups + gg]);
+                    let xq = &a.q[t * kp + c0..t * kp + c0 + 32];
+                    let isum: i32 = xq
+                        .iter()
+                        .enumerate()
+                        .map(|(c, &v)| l.q(tile, r, g * 32 + c) as i32 * v as i32)
+                        .sum();
+                    out[t * stride + local + r] += (d * dx) * isum as f32 + z * (dx * qs as f32);
                 }
             }
         }

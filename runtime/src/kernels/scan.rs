@@ -147,7 +147,7 @@ impl<'a> ScanMatrix<'a> {
         assert_eq!(x.len(), n * self.k, "activation size");
         assert_eq!(y.len(), n * self.rows, "output size");
         let kp = k_padded(self.k);
-        let acts = Activations::new(x, n, self.k, kp, true);
+        let acts = Activations::new(x, n, self.k, kp);
         let tok: Vec<Token> = (0..n).map(|t| Token::new(&acts, t)).collect();
         // Blocks per task: 64 (1,024 rows, 205 KB of Gemma's head).
         const TASK: usize = 64;
@@ -247,7 +247,7 @@ pub fn self_check(m: &ScanMatrix<'_>, path: Path) -> CheckResult {
     let x = super::check_input(m.k);
     let mut y = vec![0f32; m.rows];
     m.matmul(path, &x, 1, &mut y);
-    let eff = Activations::new(&x, 1, m.k, k_padded(m.k), true).effective();
+    let eff = Activations::new(&x, 1, m.k, k_padded(m.k)).effective();
     super::compare_rows(&y, ROWS, &eff[..m.k], |r, w| m.row_reference(r, w))
 }
 
@@ -383,7 +383,7 @@ mod tests {
             let m = ScanMatrix::new(rows, k, &data).expect("size");
             for n in [1, 3, 6] {
                 let x: Vec<f32> = values(n, k).iter().map(|x| x * 30.0).collect();
-                let eff = Activations::new(&x, n, k, k_padded(k), true).effective();
+                let eff = Activations::new(&x, n, k, k_padded(k)).effective();
                 let mut want = vec![0f64; n * rows];
                 let mut w = vec![0f32; k];
                 for r in 0..rows {

@@ -1,7 +1,7 @@
-//! AVX2 + FMA kernels. Each 16-row sub-band of a lane band is two registers of accumulators: for
-//! 4-bit codes the even rows (low nibbles) and the odd rows (high nibbles) of a column's 8 bytes;
-//! for 8-bit codes rows 0–7 and 8–15 of its 16 bytes. Up to three tokens share each unpacked
-//! column.
+//! AVX2 + FMA kernels on int8 activations. Each 16-row sub-band of a lane band is two registers
+//! of accumulators: for 4-bit codes the even rows (low nibbles) and the odd rows (high nibbles) of
+//! a column's 8 bytes; for 8-bit codes rows 0–7 and 8–15 of its 16 bytes. Up to three tokens
+//! share each unpacked column.
 //!
 //! 4-bit codes × int8 activations ([`int8_tokens`]): four columns' 32 bytes are one register;
 //! a byte shuffle pairs each row's codes of two neighbouring columns, so `maddubs` (u8 × i8,
@@ -26,19 +26,19 @@ pub(super) unsafe fn block(
     stride: usize,
     local: usize,
 ) {
-    let int8 = !matches!(m.layout.codes, CodeKind::S8);
+    let eight = matches!(m.layout.codes, CodeKind::S8);
     let mut t0 = 0;
     while t0 < a.n {
         let nt = (a.n - t0).min(3);
         // SAFETY: same CPU contract as this function.
         unsafe {
-            match (int8, nt) {
-                (true, 1) => int8_tokens::<1>(m, rb, a, t0, out, stride, local),
-                (true, 2) => int8_tokens::<2>(m, rb, a, t0, out, stride, local),
-                (true, _) => int8_tokens::<3>(m, rb, a, t0, out, stride, local),
-                (false, 1) => tokens::<1>(m, rb, &a.x, &a.sum, t0, out, stride, local),
-                (false, 2) => tokens::<2>(m, rb, &a.x, &a.sum, t0, out, stride, local),
-                (false, _) => tokens::<3>(m, rb, &a.x, &a.sum, t0, out, stride, local),
+            match (eight, nt) {
+                (true, 1) => s8_tokens::<1>(m, rb, a, t0, out, stride, local),
+                (true, 2) => s8_tokens::<2>(m, rb, a, t0, out, stride, local),
+                (true, _) => s8_tokens::<3>(m, rb, a, t0, out, stride, local),
+                (false, 1) => int8_tokens::<1>(m, rb, a, t0, out, stride, local),
+                (false, 2) => int8_tokens::<2>(m, rb, a, t0, out, stride, local),
+                (false, _) => int8_tokens::<3>(m, rb, a, t0, out, stride, local),
             }
         }
         t0 += nt;
@@ -166,91 +166,84 @@ unsafe fn int8_tokens<const NT: usize>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// 8-bit codes × int8 activations for tokens `t0 .. t0+NT` of one row block. Per pair of
+/// columns: the two columns' 16 codes of a sub-band interleaved into row pairs, widened to i16,
+/// and `madd` with the two activation codes (one broadcast i32) gives each row's sum of both
+/// columns in i32 (no saturation: |w·x| ≤ 128·127); rows stay in order, 0–7 and 8–15.
+///
+/// # Safety
+/// AVX2 and FMA; `m` geometry checked by `QMatrix::new`, `a` built for `m.k_padded()`.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tokens<const NT: usize>(
+unsafe fn s8_tokens<const NT: usize>(
     m: &QMatrix<'_>,
     rb: usize,
-    xp: &[f32],
-    sx: &[f32],
+    a: &Activations,
     t0: usize,
     out: &mut [f32],
     stride: usize,
     local: usize,
 ) {
     let l = &m.layout;
-    let (kp, groups, per_tile) = (m.k_padded(), m.k_padded() / 32, l.groups());
+    let (kp, groups, per_tile) = (a.kp, a.kp / 32, l.groups());
     let (p, cols, base) = (l.lane, l.cols, l.base);
-    let eight = matches!(l.codes, CodeKind::S8);
-    let signed4 = matches!(l.codes, CodeKind::S4);
-    let mask = _mm256_set1_epi32(0x0F);
-    let bias = _mm256_set1_epi32(8);
+    debug_assert_eq!(kp, m.k_padded());
     for cb in 0..m.ct {
         let tile = m.tile(rb, cb);
         let tp = tile.as_ptr();
         for sb in 0..l.rows / 16 {
             let (band, sub) = ((sb * 16) / p, ((sb * 16) % p) / 16);
+            let first = base + band * cols * p + sub * 16;
             for g in 0..per_tile {
                 let gg = cb * per_tile + g;
-                // Two accumulator pairs per token (even and odd columns) so consecutive FMAs do
-                // not wait on each other; the same for every batch size, so results do not
-                // depend on how tokens are grouped.
-                let mut acc = [[[_mm256_setzero_ps(); 2]; 2]; NT];
-                // Column c's codes of this sub-band start at `first + c·stride`; the activations
-                // of token t at `xs[t] + c`. Geometry was checked when the matrix was built
-                // (`QMatrix::new`: data = RB·CT tiles of W bytes), so every address below is
-                // inside `tile` and `xp`.
                 let c0 = g * 32;
-                let (first, cstride) = if eight {
-                    (base + band * cols * p + sub * 16, p)
-                } else {
-                    (base + band * cols * (p / 2) + sub * 8, p / 2)
-                };
-                debug_assert!(
-                    first + (c0 + 31) * cstride + if eight { 16 } else { 8 } <= tile.len()
-                );
-                let mut xs = [std::ptr::null::<f32>(); NT];
+                debug_assert!(first + (c0 + 31) * p + 16 <= tile.len());
+                let mut xs = [std::ptr::null::<i8>(); NT];
                 for (t, x) in xs.iter_mut().enumerate() {
                     let at = (t0 + t) * kp + cb * cols + c0;
-                    debug_assert!(at + 32 <= xp.len());
-                    // SAFETY: `at + 32 ≤ xp.len()` (xp is n × kp and cb·C + c0 + 32 ≤ kp).
-                    *x = unsafe { xp.as_ptr().add(at) };
+                    debug_assert!(at + 32 <= a.q.len());
+                    // SAFETY: `at + 32 ≤ a.q.len()` (q is n × kp and cb·C + c0 + 32 ≤ kp).
+                    *x = unsafe { a.q.as_ptr().add(at) };
                 }
-                // SAFETY: see above; `first + c0·stride` is inside the tile.
-                let mut cp = unsafe { tp.add(first + c0 * cstride) };
-                for c in (0..32).step_by(2) {
-                    for set in 0..2 {
-                        // SAFETY: `cp` walks this sub-band's columns inside the tile (see above).
-                        let (f0, f1) = unsafe { column(cp, eight, signed4, mask, bias) };
-                        for (a, &x) in acc.iter_mut().zip(&xs) {
-                            // SAFETY: c + set < 32 and 32 floats at `x` are inside `xp`.
-                            let xb = unsafe { _mm256_broadcast_ss(&*x.add(c + set)) };
-                            // `set` is a constant after unrolling: the accumulators stay in
-                            // registers.
-                            let a = &mut a[set];
-                            a[0] = _mm256_fmadd_ps(f0, xb, a[0]);
-                            a[1] = _mm256_fmadd_ps(f1, xb, a[1]);
-                        }
-                        // SAFETY: stays inside the tile for c + set < 31; the last increment is
-                        // not read.
-                        cp = unsafe { cp.add(cstride) };
+                let mut lo = [_mm256_setzero_si256(); NT];
+                let mut hi = [_mm256_setzero_si256(); NT];
+                // SAFETY: `first + c0·p` is inside the tile (geometry checked at build).
+                let mut cp = unsafe { tp.add(first + c0 * p) };
+                for pair in 0..16 {
+                    // SAFETY: columns c0 + 2·pair and the next: 16 bytes each, `p` apart, inside
+                    // the tile (see the debug assertion above).
+                    let (w0, w1) = unsafe {
+                        let c = _mm_loadu_si128(cp as *const __m128i);
+                        let d = _mm_loadu_si128(cp.add(p) as *const __m128i);
+                        (
+                            _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(c, d)),
+                            _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(c, d)),
+                        )
+                    };
+                    for t in 0..NT {
+                        // SAFETY: 2 of the group's 32 codes at xs[t] + 2·pair.
+                        let two = unsafe { (xs[t].add(2 * pair) as *const [i8; 2]).read() };
+                        let xv = _mm256_set1_epi32(
+                            (i32::from(two[1]) << 16) | i32::from(two[0] as i16 as u16),
+                        );
+                        lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, xv));
+                        hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, xv));
                     }
+                    // SAFETY: the last increment is not read.
+                    cp = unsafe { cp.add(2 * p) };
                 }
-                // Epilogue, vectorized: rows sb·16 .. +16 in row order, then
-                // out[r] += d[r]·acc[r] + m[r]·Σx for the group.
-                // SAFETY: the tile holds the scale (and zero-point) plane of every group.
+                // SAFETY: the tile holds the scale plane of every group.
                 let (d, z) = unsafe { group_scales(tp, l, g * l.rows + sb * 16) };
-                for (t, a) in acc.iter().enumerate() {
-                    let (e, o) = (
-                        _mm256_add_ps(a[0][0], a[1][0]),
-                        _mm256_add_ps(a[0][1], a[1][1]),
-                    );
-                    let v = if eight { (e, o) } else { row_order(e, o) };
-                    let s = _mm256_set1_ps(sx[(t0 + t) * groups + gg]);
+                for t in 0..NT {
+                    let at_g = (t0 + t) * groups + gg;
+                    let dx = _mm256_set1_ps(a.qd[at_g]);
+                    let v = (_mm256_cvtepi32_ps(lo[t]), _mm256_cvtepi32_ps(hi[t]));
                     let at = (t0 + t) * stride + local + sb * 16;
                     debug_assert!(at + 16 <= out.len());
+                    let ddx = (_mm256_mul_ps(d.0, dx), _mm256_mul_ps(d.1, dx));
                     // SAFETY: rows sb·16 .. +16 of this row block are inside `out`.
-                    unsafe { accumulate16(out.as_mut_ptr().add(at), d, v, z, s) };
+                    unsafe {
+                        accumulate16(out.as_mut_ptr().add(at), ddx, v, z, _mm256_setzero_ps())
+                    };
                 }
             }
         }
@@ -332,39 +325,4 @@ unsafe fn bf16x16(p: *const u8) -> (__m256, __m256) {
     };
     let widen = |v: __m128i| _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
     (widen(a), widen(b))
-}
-
-/// One column's codes of a 16-row sub-band as two vectors of f32: 4-bit even/odd rows (low/high
-/// nibbles of 8 bytes), or 8-bit rows 0–7 and 8–15 (16 bytes).
-///
-/// # Safety
-/// AVX2; 8 (4-bit) or 16 (8-bit) readable bytes at `cp`.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn column(
-    cp: *const u8,
-    eight: bool,
-    signed4: bool,
-    mask: __m256i,
-    bias: __m256i,
-) -> (__m256, __m256) {
-    if eight {
-        // SAFETY: caller guarantees 16 bytes.
-        let v = unsafe { _mm_loadu_si128(cp as *const __m128i) };
-        (
-            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
-            _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))),
-        )
-    } else {
-        // SAFETY: caller guarantees 8 bytes.
-        let v = unsafe { _mm_loadl_epi64(cp as *const __m128i) };
-        let w = _mm256_cvtepu8_epi32(v);
-        let mut lo = _mm256_and_si256(w, mask);
-        let mut hi = _mm256_srli_epi32(w, 4);
-        if signed4 {
-            lo = _mm256_sub_epi32(_mm256_xor_si256(lo, bias), bias);
-            hi = _mm256_sub_epi32(_mm256_xor_si256(hi, bias), bias);
-        }
-        (_mm256_cvtepi32_ps(lo), _mm256_cvtepi32_ps(hi))
-    }
 }
