@@ -860,10 +860,7 @@ impl Model {
                 ops::softmax(&mut sc);
                 out.fill(0.0);
                 for (j, &w) in (lo..=p).zip(&sc) {
-                    let vj = &vc[j * kvr + kvh * d..j * kvr + kvh * d + d];
-                    for (a, &b) in out.iter_mut().zip(vj) {
-                        *a += w * b;
-                    }
+                    ops::axpy(out, w, &vc[j * kvr + kvh * d..j * kvr + kvh * d + d]);
                 }
             });
             if rec {
