@@ -758,7 +758,7 @@ impl Model {
         let mut g = vec![0f32; n * sp.ffn];
         let mut u = vec![0f32; n * sp.ffn];
         // RoPE angles per table and row, made when a layer first needs them.
-        let mut angles: Vec<Option<Vec<(Vec<f32>, Vec<f32>)>>> = vec![None; sp.ropes.len()];
+        let mut angles: Vec<Option<Vec<ops::RopeAngles>>> = vec![None; sp.ropes.len()];
         for (li, (l, ls)) in self.layers.iter().zip(&sp.layers).enumerate() {
             let rope = &sp.ropes[ls.rope];
             ops::rmsnorm(&x, &l.attn_norm, sp.eps, &mut hbuf);
@@ -809,12 +809,11 @@ impl Model {
                     .map(|&(_, p)| ops::rope_angles(p, &rope.inv_freq, rope.attention_factor))
                     .collect()
             });
-            let rotate =
-                |((qt, kt), (cos, sin)): ((&mut [f32], &mut [f32]), &(Vec<f32>, Vec<f32>))| {
-                    for head in qt.chunks_exact_mut(d).chain(kt.chunks_exact_mut(d)) {
-                        ops::rope_with(head, cos, sin);
-                    }
-                };
+            let rotate = |((qt, kt), a): ((&mut [f32], &mut [f32]), &ops::RopeAngles)| {
+                for head in qt.chunks_exact_mut(d).chain(kt.chunks_exact_mut(d)) {
+                    a.rotate(head);
+                }
+            };
             if n >= PARALLEL_ROWS {
                 q.par_chunks_exact_mut(qr)
                     .zip(k.par_chunks_exact_mut(kvr))

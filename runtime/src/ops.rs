@@ -31,32 +31,46 @@ pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
 /// rotated by `pos·θ_i`, cos/sin scaled by `factor`. Dims past `2·inv_freq.len()` are left
 /// alone (partial rotary).
 pub fn rope(head: &mut [f32], pos: usize, inv_freq: &[f32], factor: f32) {
-    let (cos, sin) = rope_angles(pos, inv_freq, factor);
-    rope_with(head, &cos, &sin);
+    rope_angles(pos, inv_freq, factor).rotate(head);
 }
 
-/// The cosines and sines (times `factor`) [`rope`] rotates by at `pos`: computed once per token
-/// and table, shared by every head and every layer of that table.
-pub fn rope_angles(pos: usize, inv_freq: &[f32], factor: f32) -> (Vec<f32>, Vec<f32>) {
-    inv_freq
+/// The cosines and sines (times the attention factor) RoPE rotates by at one position: computed
+/// once per row and table, shared by every head and every layer of that table.
+#[derive(Clone, Debug)]
+pub struct RopeAngles {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+/// The angles [`rope`] rotates by at `pos`.
+pub fn rope_angles(pos: usize, inv_freq: &[f32], factor: f32) -> RopeAngles {
+    let (cos, sin) = inv_freq
         .iter()
         .map(|&f| {
             let angle = (pos as f32 * f) as f64;
             let (s, c) = angle.sin_cos();
             (c as f32 * factor, s as f32 * factor)
         })
-        .unzip()
+        .unzip();
+    RopeAngles { cos, sin }
 }
 
-/// [`rope`] with the angles of [`rope_angles`].
-#[inline]
-pub fn rope_with(head: &mut [f32], cos: &[f32], sin: &[f32]) {
-    let half = cos.len();
-    let (lo, hi) = head.split_at_mut(half);
-    for (((a, b), &c), &s) in lo.iter_mut().zip(&mut hi[..half]).zip(cos).zip(sin) {
-        let (x, y) = (*a, *b);
-        *a = x * c - y * s;
-        *b = y * c + x * s;
+impl RopeAngles {
+    /// Rotates one head (rotate-half convention on its first `2·len` dims).
+    #[inline]
+    pub fn rotate(&self, head: &mut [f32]) {
+        let half = self.cos.len();
+        let (lo, hi) = head.split_at_mut(half);
+        for (((a, b), &c), &s) in lo
+            .iter_mut()
+            .zip(&mut hi[..half])
+            .zip(&self.cos)
+            .zip(&self.sin)
+        {
+            let (x, y) = (*a, *b);
+            *a = x * c - y * s;
+            *b = y * c + x * s;
+        }
     }
 }
 
