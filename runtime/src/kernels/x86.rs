@@ -93,13 +93,7 @@ unsafe fn int8_tokens<const NT: usize>(
                 let gg = cb * per_tile + g;
                 let c0 = g * 32;
                 debug_assert!(first + (c0 + 31) * cstride + 8 <= tile.len());
-                let mut xs = [std::ptr::null::<i8>(); NT];
-                for (t, x) in xs.iter_mut().enumerate() {
-                    let at = (t0 + t) * kp + cb * cols + c0;
-                    debug_assert!(at + 32 <= a.q.len());
-                    // SAFETY: `at + 32 ≤ a.q.len()` (q is n × kp and cb·C + c0 + 32 ≤ kp).
-                    *x = unsafe { a.q.as_ptr().add(at) };
-                }
+                let xs = token_codes::<NT>(a, t0, cb * cols + c0);
                 let mut even = [_mm256_setzero_si256(); NT];
                 let mut odd = [_mm256_setzero_si256(); NT];
                 // SAFETY: `first + c0·cstride` is inside the tile (geometry checked at build).
@@ -153,13 +147,9 @@ unsafe fn int8_tokens<const NT: usize>(
                         _mm256_cvtepi32_ps(widen(even[t])),
                         _mm256_cvtepi32_ps(widen(odd[t])),
                     );
-                    let dx = _mm256_set1_ps(a.qd[at_g]);
                     let s = _mm256_set1_ps(a.qd[at_g] * a.qsum[at_g] as f32);
                     let at = (t0 + t) * stride + local + sb * 16;
-                    debug_assert!(at + 16 <= out.len());
-                    let ddx = (_mm256_mul_ps(d.0, dx), _mm256_mul_ps(d.1, dx));
-                    // SAFETY: rows sb·16 .. +16 of this row block are inside `out`.
-                    unsafe { accumulate16(out.as_mut_ptr().add(at), ddx, v, z, s) };
+                    accumulate16(&mut out[at..at + 16], d, a.qd[at_g], v, z, s);
                 }
             }
         }
@@ -197,13 +187,7 @@ unsafe fn s8_tokens<const NT: usize>(
                 let gg = cb * per_tile + g;
                 let c0 = g * 32;
                 debug_assert!(first + (c0 + 31) * p + 16 <= tile.len());
-                let mut xs = [std::ptr::null::<i8>(); NT];
-                for (t, x) in xs.iter_mut().enumerate() {
-                    let at = (t0 + t) * kp + cb * cols + c0;
-                    debug_assert!(at + 32 <= a.q.len());
-                    // SAFETY: `at + 32 ≤ a.q.len()` (q is n × kp and cb·C + c0 + 32 ≤ kp).
-                    *x = unsafe { a.q.as_ptr().add(at) };
-                }
+                let xs = token_codes::<NT>(a, t0, cb * cols + c0);
                 let mut lo = [_mm256_setzero_si256(); NT];
                 let mut hi = [_mm256_setzero_si256(); NT];
                 // SAFETY: `first + c0·p` is inside the tile (geometry checked at build).
@@ -235,15 +219,16 @@ unsafe fn s8_tokens<const NT: usize>(
                 let (d, z) = unsafe { group_scales(tp, l, g * l.rows + sb * 16) };
                 for t in 0..NT {
                     let at_g = (t0 + t) * groups + gg;
-                    let dx = _mm256_set1_ps(a.qd[at_g]);
                     let v = (_mm256_cvtepi32_ps(lo[t]), _mm256_cvtepi32_ps(hi[t]));
                     let at = (t0 + t) * stride + local + sb * 16;
-                    debug_assert!(at + 16 <= out.len());
-                    let ddx = (_mm256_mul_ps(d.0, dx), _mm256_mul_ps(d.1, dx));
-                    // SAFETY: rows sb·16 .. +16 of this row block are inside `out`.
-                    unsafe {
-                        accumulate16(out.as_mut_ptr().add(at), ddx, v, z, _mm256_setzero_ps())
-                    };
+                    accumulate16(
+                        &mut out[at..at + 16],
+                        d,
+                        a.qd[at_g],
+                        v,
+                        z,
+                        _mm256_setzero_ps(),
+                    );
                 }
             }
         }
@@ -287,26 +272,42 @@ fn row_order(even: __m256, odd: __m256) -> (__m256, __m256) {
     )
 }
 
-/// `out[r] += d[r]·v[r] + z[r]·s` for the 16 rows at `op` (each pair: rows 0–7, 8–15).
-///
-/// # Safety
-/// AVX2; 16 writable f32 at `op`.
+/// `out[r] += d[r]·dx·v[r] + z[r]·s` for the 16 rows of `out` (each pair: rows 0–7, 8–15).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn accumulate16(
-    op: *mut f32,
+fn accumulate16(
+    out: &mut [f32],
     d: (__m256, __m256),
+    dx: f32,
     v: (__m256, __m256),
     z: (__m256, __m256),
     s: __m256,
 ) {
-    let add_lo = _mm256_add_ps(_mm256_mul_ps(d.0, v.0), _mm256_mul_ps(z.0, s));
-    let add_hi = _mm256_add_ps(_mm256_mul_ps(d.1, v.1), _mm256_mul_ps(z.1, s));
-    // SAFETY: the caller guarantees 16 floats at `op`.
+    assert!(out.len() >= 16, "16 rows");
+    let dx = _mm256_set1_ps(dx);
+    let add_lo = _mm256_add_ps(
+        _mm256_mul_ps(_mm256_mul_ps(d.0, dx), v.0),
+        _mm256_mul_ps(z.0, s),
+    );
+    let add_hi = _mm256_add_ps(
+        _mm256_mul_ps(_mm256_mul_ps(d.1, dx), v.1),
+        _mm256_mul_ps(z.1, s),
+    );
+    let op = out.as_mut_ptr();
+    // SAFETY: `out` holds at least 16 floats (asserted above).
     unsafe {
         _mm256_storeu_ps(op, _mm256_add_ps(_mm256_loadu_ps(op), add_lo));
         _mm256_storeu_ps(op.add(8), _mm256_add_ps(_mm256_loadu_ps(op.add(8)), add_hi));
     }
+}
+
+/// Where the int8 codes of tokens `t0 .. t0+NT` start at column `col`.
+///
+/// # Panics
+/// When a token's 32 codes from `col` are not all inside `a.q`.
+#[inline]
+fn token_codes<const NT: usize>(a: &Activations, t0: usize, col: usize) -> [*const i8; NT] {
+    std::array::from_fn(|t| a.q[(t0 + t) * a.kp + col..][..32].as_ptr())
 }
 
 /// 16 little-endian bf16 values at `p` as two vectors of f32.
