@@ -86,6 +86,13 @@ fn main() {
             1,
         ),
         ("ffn_gate 2048x640, 64 tokens", "Q41_1280", 2048, 640, 64),
+        (
+            "ffn_gate 2048x640 Q8C_8704, 64 tokens",
+            "Q8C_8704",
+            2048,
+            640,
+            64,
+        ),
     ] {
         let layout = TileLayout::by_name(kind).expect("layout");
         let data = random_tiles(layout, rows, k);

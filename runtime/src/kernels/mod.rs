@@ -151,6 +151,8 @@ pub struct Activations {
     pub kp: usize,
     /// `n × kp` int8 codes.
     pub q: Vec<i8>,
+    /// The same codes widened to i16 (the 8-bit kernels broadcast two of them as one i32).
+    pub q16: Vec<i16>,
     /// `n × kp/32` int8 scales.
     pub qd: Vec<f32>,
     /// `n × kp/32` sums of the int8 codes.
@@ -165,6 +167,7 @@ impl Activations {
             n,
             kp,
             q: vec![0i8; n * kp],
+            q16: Vec::new(),
             qd: vec![0f32; n * groups],
             qsum: vec![0i32; n * groups],
         };
@@ -188,6 +191,7 @@ impl Activations {
                 }
             }
         }
+        a.q16 = a.q.iter().map(|&v| i16::from(v)).collect();
         a
     }
 

@@ -158,8 +158,9 @@ unsafe fn int8_tokens<const NT: usize>(
 
 /// 8-bit codes × int8 activations for tokens `t0 .. t0+NT` of one row block. Per pair of
 /// columns: the two columns' 16 codes of a sub-band interleaved into row pairs, widened to i16,
-/// and `madd` with the two activation codes (one broadcast i32) gives each row's sum of both
-/// columns in i32 (no saturation: |w·x| ≤ 128·127); rows stay in order, 0–7 and 8–15.
+/// and `madd` with the two activation codes (their i16 copies, `Activations::q16`, broadcast as
+/// one i32 straight from memory) gives each row's sum of both columns in i32 (no saturation:
+/// |w·x| ≤ 128·127); rows stay in order, 0–7 and 8–15.
 ///
 /// # Safety
 /// AVX2 and FMA; `m` geometry checked by `QMatrix::new`, `a` built for `m.k_padded()`.
@@ -187,7 +188,9 @@ unsafe fn s8_tokens<const NT: usize>(
                 let gg = cb * per_tile + g;
                 let c0 = g * 32;
                 debug_assert!(first + (c0 + 31) * p + 16 <= tile.len());
-                let xs = token_codes::<NT>(a, t0, cb * cols + c0);
+                let xs: [*const i16; NT] = std::array::from_fn(|t| {
+                    a.q16[(t0 + t) * a.kp + cb * cols + c0..][..32].as_ptr()
+                });
                 let mut lo = [_mm256_setzero_si256(); NT];
                 let mut hi = [_mm256_setzero_si256(); NT];
                 // SAFETY: `first + c0·p` is inside the tile (geometry checked at build).
@@ -204,11 +207,9 @@ unsafe fn s8_tokens<const NT: usize>(
                         )
                     };
                     for t in 0..NT {
-                        // SAFETY: 2 of the group's 32 codes at xs[t] + 2·pair.
-                        let two = unsafe { (xs[t].add(2 * pair) as *const [i8; 2]).read() };
-                        let xv = _mm256_set1_epi32(
-                            (i32::from(two[1]) << 16) | i32::from(two[0] as i16 as u16),
-                        );
+                        // SAFETY: 2 of the group's 32 widened codes at xs[t] + 2·pair.
+                        let two = unsafe { (xs[t].add(2 * pair) as *const i32).read_unaligned() };
+                        let xv = _mm256_set1_epi32(two);
                         lo[t] = _mm256_add_epi32(lo[t], _mm256_madd_epi16(w0, xv));
                         hi[t] = _mm256_add_epi32(hi[t], _mm256_madd_epi16(w1, xv));
                     }
