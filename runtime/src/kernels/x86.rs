@@ -93,7 +93,7 @@ unsafe fn int8_tokens<const NT: usize>(
                 let gg = cb * per_tile + g;
                 let c0 = g * 32;
                 debug_assert!(first + (c0 + 31) * cstride + 8 <= tile.len());
-                let xs = token_codes::<NT>(a, t0, cb * cols + c0);
+                let xs = token_codes::<i8, NT>(&a.q, a.kp, t0, cb * cols + c0);
                 let mut even = [_mm256_setzero_si256(); NT];
                 let mut odd = [_mm256_setzero_si256(); NT];
                 // SAFETY: `first + c0·cstride` is inside the tile (geometry checked at build).
@@ -188,9 +188,7 @@ unsafe fn s8_tokens<const NT: usize>(
                 let gg = cb * per_tile + g;
                 let c0 = g * 32;
                 debug_assert!(first + (c0 + 31) * p + 16 <= tile.len());
-                let xs: [*const i16; NT] = std::array::from_fn(|t| {
-                    a.q16[(t0 + t) * a.kp + cb * cols + c0..][..32].as_ptr()
-                });
+                let xs = token_codes::<i16, NT>(&a.q16, a.kp, t0, cb * cols + c0);
                 let mut lo = [_mm256_setzero_si256(); NT];
                 let mut hi = [_mm256_setzero_si256(); NT];
                 // SAFETY: `first + c0·p` is inside the tile (geometry checked at build).
@@ -302,13 +300,14 @@ fn accumulate16(
     }
 }
 
-/// Where the int8 codes of tokens `t0 .. t0+NT` start at column `col`.
+/// Where the activation codes (`v`: `q` or `q16`, `n × kp`) of tokens `t0 .. t0+NT` start at
+/// column `col`.
 ///
 /// # Panics
-/// When a token's 32 codes from `col` are not all inside `a.q`.
+/// When a token's 32 codes from `col` are not all inside `v`.
 #[inline]
-fn token_codes<const NT: usize>(a: &Activations, t0: usize, col: usize) -> [*const i8; NT] {
-    std::array::from_fn(|t| a.q[(t0 + t) * a.kp + col..][..32].as_ptr())
+fn token_codes<T, const NT: usize>(v: &[T], kp: usize, t0: usize, col: usize) -> [*const T; NT] {
+    std::array::from_fn(|t| v[(t0 + t) * kp + col..][..32].as_ptr())
 }
 
 /// 16 little-endian bf16 values at `p` as two vectors of f32.
