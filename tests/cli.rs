@@ -503,6 +503,35 @@ fn fixture_packs_generate_and_refuse_by_verdict_or_family() {
         assert_eq!(runs[0]["tokens"], runs[1]["tokens"], "{case}");
         assert!(runs[0]["kernel"].as_str().is_some());
     }
+    // Gemma's head is tied and stored as tiles: repack wrote the 2-bit scan head that greedy
+    // decoding ranks with, recorded in the manifest with its digest and a decision.
+    let gemma = pack_manifests(home.path())
+        .into_iter()
+        .find(|(_, m)| {
+            m["model"]["family"]
+                .as_str()
+                .is_some_and(|f| f.starts_with("gemma3"))
+        })
+        .expect("a gemma3 pack");
+    let (dir, m) = gemma;
+    assert_eq!(m["model"]["tied_head"], true, "{m}");
+    let scan = &m["head_scan"];
+    let bytes = std::fs::read(dir.join(scan["file"].as_str().expect("file"))).expect("scan file");
+    assert_eq!(
+        scan["blake3"].as_str(),
+        Some(blake3::hash(&bytes).to_hex().as_str()),
+        "{scan}"
+    );
+    assert!(
+        m["decisions"]
+            .as_array()
+            .expect("decisions")
+            .iter()
+            .any(|d| d
+                .as_str()
+                .is_some_and(|d| d.starts_with("head_scan=head-scan.bin"))),
+        "{m}"
+    );
     // The broken pack is refused by its verdict, naming a failing tensor.
     let (d, g) = (fixture("llama-q80"), fixture("llama-q80/model.gguf"));
     let out = run_in(
@@ -523,6 +552,18 @@ fn fixture_packs_generate_and_refuse_by_verdict_or_family() {
         err.contains("not verified") && err.contains("lm_head.weight"),
         "{err}"
     );
+}
+
+/// Every pack folder in the store under `home`, with its manifest.
+fn pack_manifests(home: &Path) -> Vec<(PathBuf, Value)> {
+    let entries = std::fs::read_dir(home.join("store-v1/entries")).expect("entries");
+    entries
+        .filter_map(|e| {
+            let dir = e.ok()?.path().join("out/pack");
+            let m = serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).ok()?).ok()?;
+            Some((dir, m))
+        })
+        .collect()
 }
 
 /// A fake xclbin (AXLF as `xrt/xclbin.h` lays it out) listing `kernels`.

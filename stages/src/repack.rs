@@ -319,6 +319,8 @@ impl Stage for RepackStage {
             out.join("manifest.json"),
             serde_json::to_vec_pretty(&manifest)?,
         )?;
+        // The scan head is encoded from the pack as the runtime maps it, so it comes after the
+        // first manifest; the manifest is then rewritten with its entry.
         if let Some((scan, decision)) = head_scan(&out, &manifest)? {
             manifest.head_scan = Some(scan);
             manifest.decisions.push(decision);
