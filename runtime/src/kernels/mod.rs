@@ -151,7 +151,8 @@ pub struct Activations {
     pub kp: usize,
     /// `n × kp` int8 codes.
     pub q: Vec<i8>,
-    /// The same codes widened to i16 (the 8-bit kernels broadcast two of them as one i32).
+    /// The same codes widened to i16 (the AVX2 8-bit kernel broadcasts two of them as one i32);
+    /// empty until [`Activations::widen`].
     pub q16: Vec<i16>,
     /// `n × kp/32` int8 scales.
     pub qd: Vec<f32>,
@@ -191,8 +192,12 @@ impl Activations {
                 }
             }
         }
-        a.q16 = a.q.iter().map(|&v| i16::from(v)).collect();
         a
+    }
+
+    /// Fills [`Activations::q16`]: only calls with 8-bit tiles on the AVX2 path read it.
+    pub fn widen(&mut self) {
+        self.q16 = self.q.iter().map(|&v| i16::from(v)).collect();
     }
 
     /// The values a product reads, dequantized: the input of the exact reference a kernel is
@@ -221,7 +226,10 @@ pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &m
         assert_eq!(y.len(), n * m.rows, "output size");
     }
     assert_eq!(x.len(), n * k, "activation size");
-    let acts = Activations::new(x, n, k, kp);
+    let mut acts = Activations::new(x, n, k, kp);
+    if path == Path::Avx2 && mats.iter().any(|m| m.layout.codes == CodeKind::S8) {
+        acts.widen();
+    }
     // Tasks: (matrix, first row block, row blocks), ≈ 64 KiB of tiles each.
     let mut tasks = Vec::new();
     for (i, m) in mats.iter().enumerate() {

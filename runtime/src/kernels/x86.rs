@@ -158,9 +158,10 @@ unsafe fn int8_tokens<const NT: usize>(
 
 /// 8-bit codes × int8 activations for tokens `t0 .. t0+NT` of one row block. Per pair of
 /// columns: the two columns' 16 codes of a sub-band interleaved into row pairs, widened to i16,
-/// and `madd` with the two activation codes (their i16 copies, `Activations::q16`, broadcast as
-/// one i32 straight from memory) gives each row's sum of both columns in i32 (no saturation:
-/// |w·x| ≤ 128·127); rows stay in order, 0–7 and 8–15.
+/// and `madd` with the two activation codes (their i16 copies, `Activations::q16`, which the
+/// caller fills with `Activations::widen`, broadcast as one i32 straight from memory) gives each
+/// row's sum of both columns in i32 (no saturation: |w·x| ≤ 128·127); rows stay in order, 0–7 and
+/// 8–15.
 ///
 /// # Safety
 /// AVX2 and FMA; `m` geometry checked by `QMatrix::new`, `a` built for `m.k_padded()`.
