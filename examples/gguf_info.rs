@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use onebit_stages::gguf::{GgufFile, MetaValue};
+use onebit_stages::format::gguf::{GgufFile, MetaValue};
 
 fn main() -> anyhow::Result<()> {
     let path = PathBuf::from(

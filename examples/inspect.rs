@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-use onebit_stages::dequant::tensor_stats;
-use onebit_stages::detect::detect_pack;
-use onebit_stages::geometry::Geometry;
-use onebit_stages::q4nx::Container;
+use onebit_stages::format::q4nx::Container;
+use onebit_stages::layout::detect::detect_pack;
+use onebit_stages::layout::geometry::Geometry;
+use onebit_stages::stats::tensor::tensor_stats;
 
 fn main() -> anyhow::Result<()> {
     let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| ".".into()));

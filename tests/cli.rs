@@ -568,11 +568,7 @@ fn pack_manifests(home: &Path) -> Vec<(PathBuf, Value)> {
 
 /// A fake xclbin (AXLF as `xrt/xclbin.h` lays it out) listing `kernels`.
 fn xclbin(path: &Path, kernels: &[&str]) {
-    std::fs::write(
-        path,
-        onebit_stages::kernel_set::axlf::build([3; 16], kernels),
-    )
-    .expect("xclbin");
+    std::fs::write(path, onebit_stages::format::axlf::build([3; 16], kernels)).expect("xclbin");
 }
 
 #[test]

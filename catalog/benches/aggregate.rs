@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use onebit_catalog::Catalog;
 use onebit_pipeline::{NullReporter, RunOptions, Store, run_graph};
-use onebit_stages::import::{ImportSource, import_graph};
+use onebit_stages::{ImportSource, import_graph};
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();

@@ -19,9 +19,9 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 use onebit_pipeline::Store;
 use onebit_pipeline::refs::read_ref;
-use onebit_stages::detect::TensorLayout;
-use onebit_stages::q4nx::Container;
-use onebit_stages::reader::TensorRows;
+use onebit_stages::format::q4nx::Container;
+use onebit_stages::layout::TensorLayout;
+use onebit_stages::layout::reader::TensorRows;
 
 /// The table function.
 #[derive(Debug)]

@@ -142,17 +142,19 @@ impl Stage for ReaderStage {
         vec!["tables".into()]
     }
     fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
-        use onebit_stages::dequant::{tensor_stats, tensor_stats_table, write_parquet};
-        let c = onebit_stages::q4nx::Container::open(ctx.input("model")?)?;
-        let g = onebit_stages::geometry::Geometry::from_file(ctx.input("config")?)?;
-        let mut layouts = onebit_stages::detect::detect_pack(&c, Some(&g))?;
+        use onebit_stages::stage::dequant::tensor_stats_table;
+        use onebit_stages::stage::write_parquet;
+        use onebit_stages::stats::tensor::tensor_stats;
+        let c = onebit_stages::format::q4nx::Container::open(ctx.input("model")?)?;
+        let g = onebit_stages::layout::geometry::Geometry::from_file(ctx.input("config")?)?;
+        let mut layouts = onebit_stages::layout::detect::detect_pack(&c, Some(&g))?;
         if self.version == 1 {
             for l in layouts
                 .iter_mut()
                 .filter(|l| l.name.ends_with("v_proj.weight"))
             {
-                if let onebit_stages::detect::Layout::Tiled { kind, .. } = &mut l.layout {
-                    *kind = onebit_stages::tiles::TileKind::Q40_5120;
+                if let onebit_stages::layout::Layout::Tiled { kind, .. } = &mut l.layout {
+                    *kind = onebit_stages::format::tiles::TileKind::Q40_5120;
                 }
             }
         }

@@ -4,5 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = onebit_stages::q4nx::Header::parse(std::path::Path::new("fuzz.q4nx"), data);
+    let _ = onebit_stages::format::q4nx::Header::parse(std::path::Path::new("fuzz.q4nx"), data);
 });

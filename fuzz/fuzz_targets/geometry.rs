@@ -5,11 +5,11 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
-        if let Ok(g) = onebit_stages::geometry::Geometry::from_config(&v) {
+        if let Ok(g) = onebit_stages::layout::geometry::Geometry::from_config(&v) {
             for role in [
-                onebit_stages::geometry::Role::Q,
-                onebit_stages::geometry::Role::Down,
-                onebit_stages::geometry::Role::LmHead,
+                onebit_stages::layout::geometry::Role::Q,
+                onebit_stages::layout::geometry::Role::Down,
+                onebit_stages::layout::geometry::Role::LmHead,
             ] {
                 let _ = g.shape_of(role);
             }

@@ -4,5 +4,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = onebit_stages::gguf::GgufHeader::parse(std::path::Path::new("fuzz.gguf"), data);
+    let _ = onebit_stages::format::gguf::GgufHeader::parse(std::path::Path::new("fuzz.gguf"), data);
 });

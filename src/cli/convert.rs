@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use onebit_stages::convert::{self, ConvertOptions, TileChoice};
+use onebit_convert::{ConvertOptions, TileChoice};
 
 use super::Global;
 
@@ -68,7 +68,7 @@ pub fn exec(g: &Global, a: ConvertArgs) -> anyhow::Result<ExitCode> {
         gptq: a.gptq,
     };
     let t0 = std::time::Instant::now();
-    let report = match convert::convert(&a.gguf, &a.out, &opts) {
+    let report = match onebit_convert::convert(&a.gguf, &a.out, &opts) {
         Ok(r) => r,
         Err(e @ onebit_stages::Error::Refused { .. }) => {
             return Err(anyhow::Error::new(super::Refused(e.to_string())));

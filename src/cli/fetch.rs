@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use onebit_stages::ImportSource;
 use onebit_stages::hub::client::{HubClient, Retry};
 use onebit_stages::hub::fetch::{ensure_snapshot, resolve};
 use onebit_stages::hub::hf_cache::{RepoFile, hub_cache_dir};
 use onebit_stages::hub::paths::validate_repo_id;
-use onebit_stages::hub::stage::FetchInfo;
-use onebit_stages::import::ImportSource;
+use onebit_stages::stage::fetch::FetchInfo;
 
 use super::{Global, Refused};
 

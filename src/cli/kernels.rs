@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use onebit_stages::kernel_set::{axlf, kernel_set, missing_refusal};
+use onebit_stages::format::axlf;
+use onebit_stages::kernel_set::{kernel_set, missing_refusal};
 
 use super::Global;
 use super::generate::PackSource;
@@ -20,7 +21,7 @@ pub struct KernelsArgs {
     #[arg(long, value_name = "DIR")]
     pub kernel_dir: Option<PathBuf>,
     /// Prefill batch the GEMM shapes are sized for.
-    #[arg(long, default_value_t = onebit_stages::import::PREFILL_BATCH)]
+    #[arg(long, default_value_t = onebit_stages::graph::PREFILL_BATCH)]
     pub batch: u64,
 }
 

@@ -127,12 +127,12 @@ pub fn import(g: &Global, a: &RunArgs) -> anyhow::Result<(onebit_pipeline::RunRe
             Some(r) => Some(resolve_reference(g, r, a.endpoint.as_deref())?),
             None => None,
         };
-        let import = onebit_stages::import::ImportSource {
+        let import = onebit_stages::ImportSource {
             dir: dir.clone(),
             reference: reference.clone(),
             fetch: None,
         };
-        let graph = onebit_stages::import::import_graph(&import)
+        let graph = onebit_stages::import_graph(&import)
             .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
         dir_for_ref = Some(import.dir.clone());
         let mut args = format!("--path {}", dir.display());
@@ -153,7 +153,7 @@ pub fn import(g: &Global, a: &RunArgs) -> anyhow::Result<(onebit_pipeline::RunRe
             a.downloads,
             reference.clone(),
         )?;
-        let graph = onebit_stages::import::import_graph(&import)
+        let graph = onebit_stages::import_graph(&import)
             .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
         dir_for_ref = Some(import.dir.clone());
         let mut args = format!("--repo {repo} --revision {}", a.revision);

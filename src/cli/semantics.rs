@@ -18,7 +18,7 @@ pub struct SemanticsArgs {
 
 /// Derives and prints the semantics; a refusal exits 1.
 pub fn exec(g: &Global, a: SemanticsArgs) -> anyhow::Result<ExitCode> {
-    match onebit_stages::semantics_stage::semantics_of_dir(&a.path) {
+    match onebit_stages::stage::semantics::semantics_of_dir(&a.path) {
         Ok(s) => {
             if g.json {
                 println!("{}", serde_json::to_string(&s)?);

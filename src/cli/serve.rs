@@ -206,7 +206,8 @@ fn attach_npu(
     batch: usize,
 ) -> anyhow::Result<String> {
     use onebit_runtime::npu::backend::{NpuBackend, XrtEngine};
-    use onebit_stages::kernel_set::{axlf, match_artifacts, missing_refusal, shapes};
+    use onebit_stages::format::axlf;
+    use onebit_stages::kernel_set::{match_artifacts, missing_refusal, shapes};
     let dir = kernel_dir.ok_or_else(|| {
         anyhow::Error::new(super::Refused(
             "the NPU needs its kernels: --kernel-dir DIR or ONEBIT_KERNEL_DIR".into(),

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use onebit_stages::gguf::GgufFile;
+use onebit_stages::format::gguf::GgufFile;
 
 fn main() {
     let path = std::env::var_os("ONEBIT_GEMMA_GGUF")

@@ -62,7 +62,7 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Attaches an operation and a path to an I/O error.
-pub(crate) trait IoContext<T> {
+pub trait IoContext<T> {
     /// Wraps the error.
     fn at(self, op: &'static str, path: &std::path::Path) -> Result<T>;
 }

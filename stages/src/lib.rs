@@ -1,33 +1,37 @@
 //! # onebit-stages
 //!
-//! The stages of the import pipeline and the domain code behind them. The domain modules know
-//! nothing of the pipeline and are tested without a store:
+//! The import pipeline of a FastFlowLM NPU2 repository and the knowledge it runs on. Read it in
+//! this order:
 //!
-//! - [`q4nx`]: the `model.q4nx` container (q4nx-format §1);
-//! - [`tiles`]: one codec per tile kind (§2);
-//! - [`geometry`]: the logical (rows, K) of each weight from config.json;
-//! - [`detect`]: tile-kind detection with evidence (§3);
-//! - [`reader`]: on-demand decoding of a tensor, a row block at a time;
-//! - [`dequant`], [`stats`]: statistics tables as Parquet;
-//! - [`import`]: the stage impls and the graph that wires them.
+//! - [`graph`]: the import DAG — which stage reads what ([`import_graph`], [`stage_versions`]);
+//! - [`stage`]: one file per stage (`fetch`, `semantics`, `detect`, `dequant`, `verify`, `repack`,
+//!   `kernels`), each only its `Stage` impl and the tables it writes.
+//!
+//! The domain code below never depends on a stage, and is tested without a store:
+//!
+//! - [`format`]: bytes on disk — the q4nx container, tile codecs, GGUF, xclbin headers;
+//! - [`semantics`]: what a config means, one file per model family;
+//! - [`layout`]: geometry, tile-kind detection with evidence, the on-demand row reader;
+//! - [`stats`]: value statistics and correlation;
+//! - [`verify`]: the rules that judge a reading against independent references;
+//! - [`model_spec`]: the runtime's model description from the semantics;
+//! - [`kernel_set`]: the matrix products a pack needs and what serves each;
+//! - [`hub`]: the Hugging Face hub client and cache the fetch stage uses.
+//!
+//! The GGUF → NPU2 converter is its own crate (`onebit-convert`), built on [`format`] and
+//! [`semantics`]; nothing here imports it.
 
-pub mod convert;
-pub mod dequant;
-pub mod detect;
 pub mod error;
-pub mod geometry;
-pub mod gguf;
+pub mod format;
+pub mod graph;
 pub mod hub;
-pub mod import;
 pub mod kernel_set;
-pub mod q4nx;
-pub mod reader;
-pub mod repack;
+pub mod layout;
+pub mod model_spec;
 pub mod semantics;
-pub mod semantics_stage;
+pub mod stage;
 pub mod stats;
-pub mod tiles;
 pub mod verify;
 
 pub use error::{Error, Result};
-pub use import::stage_versions;
+pub use graph::{ImportSource, import_graph, stage_versions};

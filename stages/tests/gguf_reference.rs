@@ -10,8 +10,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use onebit_stages::gguf::dequant::dequantize;
-use onebit_stages::gguf::{GgmlType, GgufFile};
+use onebit_stages::format::gguf::dequant::dequantize;
+use onebit_stages::format::gguf::{GgmlType, GgufFile};
 
 fn script() -> PathBuf {
     common::fixtures()

@@ -6,12 +6,14 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use onebit_stages::dequant::tensor_stats;
-use onebit_stages::detect::{Layout, TensorLayout, detect_pack};
-use onebit_stages::geometry::Geometry;
-use onebit_stages::q4nx::Container;
-use onebit_stages::reader::{TensorRows, pearson};
-use onebit_stages::tiles::{Codes, TileKind};
+use onebit_stages::format::q4nx::Container;
+use onebit_stages::format::tiles::{Codes, TileKind};
+use onebit_stages::layout::detect::detect_pack;
+use onebit_stages::layout::geometry::Geometry;
+use onebit_stages::layout::reader::TensorRows;
+use onebit_stages::layout::{Layout, TensorLayout};
+use onebit_stages::stats::pearson;
+use onebit_stages::stats::tensor::tensor_stats;
 use serde_json::Value;
 
 fn expected(case: &str) -> Value {
@@ -408,7 +410,7 @@ fn signedness_is_confirmed_by_the_tie_test_with_both_correlations_recorded() {
         .find(|l| l.name == "lm_head.weight")
         .expect("head");
     assert_eq!(head.kind(), Some(TileKind::Q40_5120));
-    let get = |ls: &[onebit_stages::detect::Reading], k| {
+    let get = |ls: &[onebit_stages::layout::Reading], k| {
         ls.iter()
             .find(|r| r.kind == k)
             .map(|r| r.corr)

@@ -3,9 +3,9 @@
 
 mod common;
 
-use onebit_stages::detect::detect_pack;
-use onebit_stages::geometry::Geometry;
-use onebit_stages::q4nx::{Container, Header};
+use onebit_stages::format::q4nx::{Container, Header};
+use onebit_stages::layout::detect::detect_pack;
+use onebit_stages::layout::geometry::Geometry;
 use serde_json::json;
 
 fn fixture_bytes(case: &str) -> Vec<u8> {
@@ -192,12 +192,12 @@ fn a_4608_tile_declared_as_5120_is_never_silently_accepted() {
     // It fits the 5120 grid, so it is read as a 5120 kind: the values must differ from the 4608
     // reading of the same bytes, visibly.
     let kind = layouts[0].kind().expect("tiled");
-    assert_ne!(kind, onebit_stages::tiles::TileKind::Q40_4608);
+    assert_ne!(kind, onebit_stages::format::tiles::TileKind::Q40_4608);
     let mut as5120 = vec![0f32; 32 * 256];
     kind.decode(&bytes, &mut as5120);
     let mut as4608 = vec![0f32; 32 * 256];
-    onebit_stages::tiles::TileKind::Q40_4608.decode(&bytes[..4608], &mut as4608);
-    let r = onebit_stages::reader::pearson(&as5120, &as4608);
+    onebit_stages::format::tiles::TileKind::Q40_4608.decode(&bytes[..4608], &mut as4608);
+    let r = onebit_stages::stats::pearson(&as5120, &as4608);
     assert!(
         r.abs() < 0.5,
         "two readings of one tile correlate {r}: indistinguishable"

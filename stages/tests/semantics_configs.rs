@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use onebit_stages::semantics::{LayerKind, QkNorm, RopeScaling, SideFiles, derive};
-use onebit_stages::semantics_stage::semantics_of_dir;
+use onebit_stages::stage::semantics::semantics_of_dir;
 use serde_json::{Value, json};
 
 fn configs() -> Vec<std::path::PathBuf> {

@@ -2,7 +2,7 @@
 //! q4nx-format §2, byte by byte, independently of the codec's lane helpers; every element of the
 //! decoded tile is checked. Plus the spec's worked examples (§8) at their exact bytes.
 
-use onebit_stages::tiles::{ALL_KINDS, TileKind};
+use onebit_stages::format::tiles::{ALL_KINDS, TileKind};
 
 /// A tiny deterministic generator (xorshift) so the tiles are reproducible.
 struct Rng(u64);
@@ -248,6 +248,6 @@ fn q8_orders_scramble_each_other() {
     let (tile, want) = build(TileKind::Q8L_8704, 7);
     let mut out = vec![0f32; 32 * 256];
     TileKind::Q8C_8704.decode(&tile, &mut out);
-    let r = onebit_stages::reader::pearson(&out, &want);
+    let r = onebit_stages::stats::pearson(&out, &want);
     assert!(r.abs() < 0.2, "Q8C reading of a Q8L tile correlates {r}");
 }

@@ -3,12 +3,13 @@
 
 mod common;
 
-use onebit_stages::detect::{Layout, TensorLayout, detect_pack};
-use onebit_stages::geometry::Geometry;
-use onebit_stages::gguf::GgufFile;
-use onebit_stages::gguf::names::MapDims;
-use onebit_stages::q4nx::Container;
-use onebit_stages::tiles::TileKind;
+use onebit_stages::format::gguf::GgufFile;
+use onebit_stages::format::gguf::names::MapDims;
+use onebit_stages::format::q4nx::Container;
+use onebit_stages::format::tiles::TileKind;
+use onebit_stages::layout::detect::detect_pack;
+use onebit_stages::layout::geometry::Geometry;
+use onebit_stages::layout::{Layout, TensorLayout};
 use onebit_stages::verify::{PackVerdict, Verdict, VerifyDims, VerifyRow, verify_pack};
 
 fn gguf_of(case: &str) -> std::path::PathBuf {

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use onebit_pipeline::{NullReporter, RunOptions, Store, run_graph};
-use onebit_stages::import::{ImportSource, import_graph};
+use onebit_stages::{ImportSource, import_graph};
 
 /// `tests/fixtures/q4nx/<case>` at the workspace root.
 pub fn fixture(case: &str) -> PathBuf {

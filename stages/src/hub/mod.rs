@@ -5,4 +5,3 @@ pub mod client;
 pub mod fetch;
 pub mod hf_cache;
 pub mod paths;
-pub mod stage;

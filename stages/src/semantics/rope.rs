@@ -2,6 +2,9 @@
 //! scaling implies (semantics.md §4.1, §4.8, §4.11, §4.12, §4.13).
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::config::{Cfg, fmt_f};
 
 /// How the frequencies are scaled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -124,4 +127,114 @@ impl Rope {
             }
         }
     }
+}
+
+/// One RoPE block normalised from the v4 (`rope_theta` + `rope_scaling`) or v5
+/// (`rope_parameters`, optionally per layer kind) spelling.
+pub(crate) struct RopeBlock<'a> {
+    /// θ with its source, when stated.
+    pub(crate) theta: Option<(f64, String)>,
+    /// `rope_type` (or `type`), `default` when absent.
+    pub(crate) ty: String,
+    /// The block's parameters.
+    pub(crate) params: Option<&'a Map<String, Value>>,
+    /// Where the block was read.
+    pub(crate) src: String,
+}
+
+/// The block of RoPE parameters for a layer kind (`full_attention`, `sliding_attention`).
+pub(crate) fn rope_block<'a>(cfg: &Cfg<'a>, kind: Option<&str>) -> RopeBlock<'a> {
+    let top_theta = cfg.f64("rope_theta");
+    if let Some((Value::Object(p), src)) = cfg.get("rope_parameters") {
+        let block = match kind.and_then(|k| p.get(k)).and_then(Value::as_object) {
+            Some(b) => b,
+            None => p,
+        };
+        let bsrc = match kind {
+            Some(k) if p.contains_key(k) => format!("{src}.{k}"),
+            _ => src,
+        };
+        let theta = block
+            .get("rope_theta")
+            .and_then(Value::as_f64)
+            .map(|t| (t, format!("{bsrc}.rope_theta")))
+            .or(top_theta);
+        let ty = block
+            .get("rope_type")
+            .or_else(|| block.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        return RopeBlock {
+            theta,
+            ty: ty.to_string(),
+            params: Some(block),
+            src: bsrc,
+        };
+    }
+    match cfg.get("rope_scaling") {
+        Some((Value::Object(s), src)) => {
+            let ty = s
+                .get("rope_type")
+                .or_else(|| s.get("type"))
+                .and_then(Value::as_str)
+                .unwrap_or("default");
+            RopeBlock {
+                theta: top_theta,
+                ty: ty.to_string(),
+                params: Some(s),
+                src,
+            }
+        }
+        _ => RopeBlock {
+            theta: top_theta,
+            ty: "default".into(),
+            params: None,
+            src: "config".into(),
+        },
+    }
+}
+
+impl RopeScaling {
+    /// The scaling as the decision log prints it.
+    pub(crate) fn name(&self) -> String {
+        match self {
+            RopeScaling::None => "none".to_string(),
+            RopeScaling::Linear { factor } => format!("linear ÷{}", fmt_f(*factor)),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original,
+            } => format!(
+                "llama3 factor {} low {} high {} original {}",
+                fmt_f(*factor),
+                fmt_f(*low_freq_factor),
+                fmt_f(*high_freq_factor),
+                fmt_f(*original)
+            ),
+            RopeScaling::DynamicAlpha { alpha, .. } => {
+                format!("dynamic alpha {} (applied to the base)", fmt_f(*alpha))
+            }
+            RopeScaling::LongRope { .. } => "longrope (short ≤ original, long above)".into(),
+            RopeScaling::Yarn {
+                factor,
+                beta_fast,
+                beta_slow,
+                original,
+                truncate,
+            } => format!(
+                "yarn factor {} beta_fast {} beta_slow {} original {} truncate {truncate}",
+                fmt_f(*factor),
+                fmt_f(*beta_fast),
+                fmt_f(*beta_slow),
+                fmt_f(*original)
+            ),
+            RopeScaling::Proportional => "proportional".into(),
+        }
+    }
+}
+
+/// A number of a RoPE parameter block.
+pub(crate) fn param(p: Option<&Map<String, Value>>, k: &str) -> Option<f64> {
+    p.and_then(|m| m.get(k)).and_then(Value::as_f64)
 }

@@ -1,0 +1,705 @@
+//! GGUF → FastFlowLM NPU2 repository: `config.json`, `model.q4nx`, `tokenizer.json`,
+//! `tokenizer_config.json` and, when the template is the family's standard one,
+//! `chat_template.jinja`.
+//!
+//! The tensor map is the verifier's ([`onebit_stages::format::gguf::names::twin`]) run forwards, so the pack a
+//! conversion writes is exactly what verification expects to find. Native source types keep
+//! their codes (Q4_1 → Q41 tiles, Q4_0 → Q40 tiles, Q8_0 → 8-bit tiles), which makes our output
+//! byte-identical to FastFlowLM's converter wherever that converter is correct; everything else
+//! is requantized with the error reported per tensor, and 8-bit sources are never truncated to 4
+//! bits (the reference converter's llama-path bug). The folder appears atomically: it is built
+//! beside the destination and renamed into place.
+
+pub mod calibrate;
+pub mod config;
+pub mod encode;
+pub mod gptq;
+pub mod groups;
+pub mod tokenizer;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use half::bf16;
+use rayon::prelude::*;
+
+use groups::{Group, Method};
+use onebit_stages::error::{Error, IoContext, Result};
+use onebit_stages::format::gguf::names::{self, MapDims, RowMap};
+use onebit_stages::format::gguf::{GgmlType, GgufFile, GgufTensor};
+use onebit_stages::format::q4nx::Dtype;
+use onebit_stages::format::q4nx::writer::{self, Entry};
+use onebit_stages::format::tiles::{Codes, TileKind};
+
+/// The `--tile` choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub enum TileChoice {
+    /// Quarter tiles when any weight's K is off the 256-column grid, else 5120-byte tiles.
+    #[default]
+    Auto,
+    /// 32×256 tiles (Q41_5120, or Q40_5120 for Q4_0 sources).
+    Q4_5120,
+    /// 16×128 quarter tiles (Q41_1280).
+    Q4_1280,
+    /// 32×256 symmetric tiles without a zero-point plane (Q40_4608).
+    Q4s4608,
+    /// 32×256 8-bit tiles, column-ordered codes (Q8C_8704).
+    Q8_8704,
+}
+
+impl TileChoice {
+    /// Parses the CLI spelling (`auto`, `q4-5120`, `q4-1280`, `q4s-4608`, `q8-8704`).
+    pub fn parse(s: &str) -> Option<TileChoice> {
+        Some(match s {
+            "auto" => TileChoice::Auto,
+            "q4-5120" => TileChoice::Q4_5120,
+            "q4-1280" => TileChoice::Q4_1280,
+            "q4s-4608" => TileChoice::Q4s4608,
+            "q8-8704" => TileChoice::Q8_8704,
+            _ => return None,
+        })
+    }
+}
+
+/// Options of one conversion.
+#[derive(Clone, Debug, Default)]
+pub struct ConvertOptions {
+    /// Tile choice.
+    pub tile: TileChoice,
+    /// Overrides the family read from `general.architecture`.
+    pub family: Option<String>,
+    /// Text files to calibrate requantization on (activation-weighted error), if any.
+    pub calibrate: Vec<PathBuf>,
+    /// Calibration tokens at most.
+    pub calibrate_tokens: usize,
+    /// Per-tensor overrides of `tile`: tensors whose pack name contains the pattern take that
+    /// choice (the last matching pattern wins).
+    pub tile_for: Vec<(String, TileChoice)>,
+    /// Requantize unsigned 4-bit tensors with GPTQ on the calibration inputs' second moments
+    /// (needs `calibrate`).
+    pub gptq: bool,
+}
+
+/// What happened to one tensor.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TensorReport {
+    /// Pack name.
+    pub name: String,
+    /// GGUF source tensor.
+    pub source: String,
+    /// GGUF type of the source.
+    pub source_type: String,
+    /// Tile kind written, or the plain dtype.
+    pub stored_as: String,
+    /// How the values got there.
+    pub method: String,
+    /// Transform applied (row map, scale), empty if none.
+    pub transform: String,
+    /// ‖stored − source‖₂ / ‖source‖₂ over the logical tensor.
+    pub rel_l2: f64,
+    /// Largest |stored − source|.
+    pub max_abs: f64,
+}
+
+/// The outcome of a conversion, also written as `onebit-convert.json` in the repo.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ConvertReport {
+    /// Source GGUF.
+    pub gguf: PathBuf,
+    /// Output folder.
+    pub out: PathBuf,
+    /// GGUF architecture.
+    pub family: String,
+    /// Tile choice after `auto` was resolved, with the reason.
+    pub tile: String,
+    /// Every derived decision with its source (`key=value <- source`).
+    pub decisions: Vec<String>,
+    /// Per tensor.
+    pub tensors: Vec<TensorReport>,
+}
+
+/// Families the converter writes. Others are refused by name.
+pub const FAMILIES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+
+fn refuse(gguf: &Path, tensor: &str, reason: impl Into<String>) -> Error {
+    Error::Refused {
+        file: gguf.to_path_buf(),
+        tensor: tensor.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// One pack tensor and where it comes from.
+#[derive(Clone, Debug)]
+struct Planned {
+    name: String,
+    src: String,
+    rows: RowMap,
+    scale: Option<f32>,
+    note: String,
+    /// `None` for plain BF16.
+    tiled: Option<TileKind>,
+    /// Per-column importance for requantization (calibration), if any.
+    importance: Option<Vec<f32>>,
+    /// The inputs' mean second moments for GPTQ (`k × k`), if asked for.
+    second_moments: Option<std::sync::Arc<Vec<f64>>>,
+}
+
+/// Model facts read from the GGUF metadata.
+#[derive(Clone, Debug)]
+pub struct Dims {
+    /// Architecture (`general.architecture`).
+    pub arch: String,
+    /// Hidden width.
+    pub hidden: u64,
+    /// Layers.
+    pub layers: u64,
+    /// Attention heads.
+    pub heads: u64,
+    /// KV heads.
+    pub kv_heads: u64,
+    /// Head dim (key length).
+    pub head_dim: u64,
+    /// RoPE dimension count.
+    pub rope_dim: u64,
+}
+
+impl Dims {
+    /// Reads the dims from `g`, naming the missing key.
+    pub fn read(g: &GgufFile, arch: &str) -> Result<Dims> {
+        let need = |k: &str| -> Result<u64> {
+            g.meta(&format!("{arch}.{k}"))
+                .and_then(|v| v.as_u64())
+                .ok_or_else(|| refuse(g.path(), &format!("{arch}.{k}"), "missing metadata key"))
+        };
+        let opt = |k: &str| g.meta(&format!("{arch}.{k}")).and_then(|v| v.as_u64());
+        let hidden = need("embedding_length")?;
+        let heads = need("attention.head_count")?;
+        let head_dim = opt("attention.key_length").unwrap_or(hidden / heads.max(1));
+        Ok(Dims {
+            arch: arch.to_string(),
+            hidden,
+            layers: need("block_count")?,
+            heads,
+            kv_heads: opt("attention.head_count_kv").unwrap_or(heads),
+            head_dim,
+            rope_dim: opt("rope.dimension_count").unwrap_or(head_dim),
+        })
+    }
+}
+
+fn layer_fields(arch: &str) -> &'static [&'static str] {
+    if arch == "gemma3" {
+        &[
+            "input_layernorm.weight",
+            "post_attention_layernorm.weight",
+            "pre_feedforward_layernorm.weight",
+            "post_feedforward_layernorm.weight",
+            "self_attn.q_proj.weight",
+            "self_attn.k_proj.weight",
+            "self_attn.v_proj.weight",
+            "self_attn.o_proj.weight",
+            "self_attn.q_norm.weight",
+            "self_attn.k_norm.weight",
+            "mlp.gate_proj.weight",
+            "mlp.up_proj.weight",
+            "mlp.down_proj.weight",
+        ]
+    } else {
+        &[
+            "input_layernorm.weight",
+            "post_attention_layernorm.weight",
+            "self_attn.q_proj.weight",
+            "self_attn.k_proj.weight",
+            "self_attn.v_proj.weight",
+            "self_attn.o_proj.weight",
+            "self_attn.q_proj.bias",
+            "self_attn.k_proj.bias",
+            "self_attn.v_proj.bias",
+            "self_attn.q_norm.weight",
+            "self_attn.k_norm.weight",
+            "mlp.gate_proj.weight",
+            "mlp.up_proj.weight",
+            "mlp.down_proj.weight",
+        ]
+    }
+}
+
+/// GGUF tensors the pack does not carry because the runtime derives them from config.json.
+const DERIVED: [&str; 1] = ["rope_freqs.weight"];
+
+fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
+    let dims = MapDims {
+        hidden: d.hidden,
+        heads: d.heads,
+        rope_dim: d.rope_dim,
+        head_dim: d.head_dim,
+    };
+    let has = |n: &str| g.tensor(n).is_some();
+    let mut wanted = vec![
+        "model.embed_tokens.weight".to_string(),
+        "lm_head.weight".to_string(),
+        "model.norm.weight".to_string(),
+    ];
+    for l in 0..d.layers {
+        for f in layer_fields(&d.arch) {
+            wanted.push(format!("model.layers.{l}.{f}"));
+        }
+    }
+    let mut out = Vec::new();
+    let mut used = std::collections::BTreeSet::new();
+    for name in wanted {
+        let Some(t) = names::twin(&d.arch, &name, dims, has) else {
+            continue;
+        };
+        let Some(src) = g.tensor(&t.gguf) else {
+            continue;
+        };
+        used.insert(t.gguf.clone());
+        let two_d = src.dims.len() == 2;
+        let tiled = name != "model.embed_tokens.weight" && two_d;
+        out.push(Planned {
+            name,
+            src: t.gguf,
+            rows: t.rows,
+            scale: t.scale,
+            note: t.note,
+            tiled: tiled.then_some(TileKind::Q41_5120),
+            importance: None,
+            second_moments: None,
+        });
+    }
+    for t in &g.tensors {
+        if !used.contains(&t.name) && !DERIVED.contains(&t.name.as_str()) {
+            return Err(refuse(
+                g.path(),
+                &t.name,
+                format!(
+                    "the {} converter has no place for this tensor; refusing rather than dropping it",
+                    d.arch
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Resolves `choice` for this model: `auto` takes quarter tiles when any tiled weight's K is off
+/// the 256-column grid (FastFlowLM's Gemma3-270M-NPU2: K = 640, all 127 tensors quarter tiles).
+fn resolve_tile(g: &GgufFile, plan: &[Planned], choice: TileChoice) -> (TileChoice, String) {
+    match choice {
+        TileChoice::Auto => {
+            let off = plan.iter().filter(|p| p.tiled.is_some()).find_map(|p| {
+                let k = g.tensor(&p.src)?.row_len();
+                (k % 256 != 0).then(|| format!("{} has K = {k}", p.src))
+            });
+            match off {
+                Some(why) => (
+                    TileChoice::Q4_1280,
+                    format!("tile=q4-1280 <- auto: {why}, off the 256-column grid"),
+                ),
+                None => (
+                    TileChoice::Q4_5120,
+                    "tile=q4-5120 <- auto: every K is on the 256-column grid".to_string(),
+                ),
+            }
+        }
+        c => (c, format!("tile={c:?} <- --tile")),
+    }
+}
+
+/// The tile kind for a source of type `ty` under `choice`.
+fn kind_for(choice: TileChoice, ty: GgmlType) -> TileKind {
+    match choice {
+        TileChoice::Q4_5120 | TileChoice::Auto if ty == GgmlType::Q4_0 => TileKind::Q40_5120,
+        TileChoice::Q4_5120 | TileChoice::Auto => TileKind::Q41_5120,
+        TileChoice::Q4_1280 => TileKind::Q41_1280,
+        TileChoice::Q4s4608 => TileKind::Q40_4608,
+        TileChoice::Q8_8704 => TileKind::Q8C_8704,
+    }
+}
+
+/// Converts `gguf` into an NPU2 repository folder at `out` (which must not exist yet, or be
+/// empty).
+pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<ConvertReport> {
+    let g = GgufFile::open(gguf)?;
+    let arch = match &opts.family {
+        Some(f) => f.clone(),
+        None => g
+            .architecture()
+            .ok_or_else(|| refuse(gguf, "general.architecture", "missing metadata key"))?
+            .to_string(),
+    };
+    if !FAMILIES.contains(&arch.as_str()) {
+        return Err(refuse(
+            gguf,
+            "general.architecture",
+            format!(
+                "no converter for family {arch:?} (converted: {})",
+                FAMILIES.join(", ")
+            ),
+        ));
+    }
+    if out.exists() && std::fs::read_dir(out).at("read", out)?.next().is_some() {
+        return Err(Error::Config {
+            file: out.to_path_buf(),
+            reason: "output folder exists and is not empty; choose a new --out".into(),
+        });
+    }
+    let dims = Dims::read(&g, &arch)?;
+    let mut planned = plan(&g, &dims)?;
+    let (tile, tile_why) = resolve_tile(&g, &planned, opts.tile);
+    let mut decisions = vec![tile_why];
+    for p in planned.iter_mut().filter(|p| p.tiled.is_some()) {
+        let src = g
+            .tensor(&p.src)
+            .ok_or_else(|| Error::Internal(p.src.clone()))?;
+        let choice = match opts
+            .tile_for
+            .iter()
+            .rev()
+            .find(|(pat, _)| p.name.contains(pat))
+        {
+            Some((pat, c)) => {
+                let c = if *c == TileChoice::Auto { tile } else { *c };
+                decisions.push(format!(
+                    "tile[{}]={:?} <- --tile-for {pat}={c:?}",
+                    p.name,
+                    kind_for(c, src.ty)
+                ));
+                c
+            }
+            None => tile,
+        };
+        p.tiled = Some(kind_for(choice, src.ty));
+    }
+    if let Some((pat, _)) = opts.tile_for.iter().find(|(pat, _)| {
+        !planned
+            .iter()
+            .any(|p| p.tiled.is_some() && p.name.contains(pat))
+    }) {
+        return Err(refuse(
+            gguf,
+            pat,
+            "--tile-for names no quantized tensor of this model",
+        ));
+    }
+    if opts.gptq && opts.calibrate.is_empty() {
+        return Err(Error::Config {
+            file: gguf.to_path_buf(),
+            reason: "GPTQ needs calibration text: add --calibrate FILE".into(),
+        });
+    }
+    if !opts.calibrate.is_empty() {
+        let cal = calibrate::importance(gguf, opts)?;
+        decisions.push(cal.decision.clone());
+        for p in planned.iter_mut() {
+            p.importance = cal.per_matrix.get(&p.name).cloned();
+            p.second_moments = cal.second_moments.get(&p.name).cloned();
+        }
+    }
+
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent).at("create", &parent)?;
+    let staging = tempfile::Builder::new()
+        .prefix(".convert-")
+        .tempdir_in(&parent)
+        .at("create staging folder in", &parent)?;
+
+    let cfg = config::config_json(&g, &dims)?;
+    decisions.extend(cfg.decisions.iter().cloned());
+    write_json(&staging.path().join("config.json"), &cfg.json)?;
+    let tok = tokenizer::tokenizer_files(&g, &arch)?;
+    decisions.extend(tok.decisions.iter().cloned());
+    write_json(&staging.path().join("tokenizer.json"), &tok.tokenizer)?;
+    write_json(&staging.path().join("tokenizer_config.json"), &tok.config)?;
+    if let Some(t) = &tok.template_file {
+        std::fs::write(staging.path().join("chat_template.jinja"), t)
+            .at("write", &staging.path().join("chat_template.jinja"))?;
+    }
+
+    let tensors = write_pack(&g, &planned, &staging.path().join("model.q4nx"))?;
+    let report = ConvertReport {
+        gguf: gguf.to_path_buf(),
+        out: out.to_path_buf(),
+        family: arch,
+        tile: format!("{tile:?}"),
+        decisions,
+        tensors,
+    };
+    let rep = serde_json::to_value(&report).map_err(|e| Error::Internal(e.to_string()))?;
+    write_json(&staging.path().join("onebit-convert.json"), &rep)?;
+
+    let staged = staging.keep();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))
+            .at("chmod", &staged)?;
+    }
+    if out.exists() {
+        std::fs::remove_dir(out).at("remove empty", out)?;
+    }
+    std::fs::rename(&staged, out).at("rename into place", out)?;
+    Ok(report)
+}
+
+fn write_json(path: &Path, v: &serde_json::Value) -> Result<()> {
+    let mut s = serde_json::to_string_pretty(v).map_err(|e| Error::Internal(e.to_string()))?;
+    s.push('\n');
+    std::fs::write(path, s).at("write", path)
+}
+
+/// Writes the container; returns one report per tensor.
+fn write_pack(g: &GgufFile, planned: &[Planned], path: &Path) -> Result<Vec<TensorReport>> {
+    let mut entries = Vec::new();
+    for p in planned {
+        let src = g
+            .tensor(&p.src)
+            .ok_or_else(|| Error::Internal(p.src.clone()))?;
+        let (rows, k) = (src.rows(), src.row_len());
+        let shape = match p.tiled {
+            None if src.dims.len() == 1 => vec![k],
+            None => vec![rows, k],
+            Some(kind) => {
+                let (r, c) = (kind.rows() as u64, encode::grid_cols(kind) as u64);
+                if rows % r != 0 {
+                    return Err(refuse(
+                        g.path(),
+                        &p.src,
+                        format!(
+                            "{rows} rows are not a multiple of the {}-row {} tile",
+                            r,
+                            kind.name()
+                        ),
+                    ));
+                }
+                if k % 32 != 0 {
+                    return Err(refuse(
+                        g.path(),
+                        &p.src,
+                        format!("K = {k} is not a multiple of the 32-column group"),
+                    ));
+                }
+                vec![(rows / r) * k.div_ceil(c), kind.bytes() as u64]
+            }
+        };
+        let dtype = if p.tiled.is_some() {
+            Dtype::I8
+        } else {
+            Dtype::BF16
+        };
+        entries.push(Entry {
+            name: p.name.clone(),
+            dtype,
+            shape,
+        });
+    }
+    writer::data_order(&mut entries);
+    let by_name: std::collections::HashMap<&str, &Planned> =
+        planned.iter().map(|p| (p.name.as_str(), p)).collect();
+    let mut reports = Vec::new();
+    writer::write_container(path, &entries, |i, w| {
+        let p = by_name[entries[i].name.as_str()];
+        let src = g
+            .tensor(&p.src)
+            .ok_or_else(|| Error::Internal(p.src.clone()))?;
+        let r = match p.tiled {
+            None => write_plain(g, src, p, w)?,
+            Some(kind) => write_tiled(g, src, p, kind, w)?,
+        };
+        tracing::debug!(tensor = %p.name, stored = %r.stored_as, rel_l2 = r.rel_l2, "converted");
+        reports.push(r);
+        Ok(())
+    })?;
+    reports.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(reports)
+}
+
+/// Error accumulator over a tensor.
+#[derive(Default, Clone, Copy)]
+struct Err2 {
+    e2: f64,
+    n2: f64,
+    max: f64,
+}
+
+impl Err2 {
+    fn add(&mut self, stored: f32, truth: f32) {
+        let e = (stored - truth) as f64;
+        self.e2 += e * e;
+        self.n2 += (truth as f64) * (truth as f64);
+        self.max = self.max.max(e.abs());
+    }
+    fn merge(mut self, o: Err2) -> Err2 {
+        self.e2 += o.e2;
+        self.n2 += o.n2;
+        self.max = self.max.max(o.max);
+        self
+    }
+    fn rel(&self) -> f64 {
+        if self.n2 > 0.0 {
+            (self.e2 / self.n2).sqrt()
+        } else {
+            0.0
+        }
+    }
+}
+
+fn io(w: &mut dyn Write, b: &[u8], path: &Path) -> Result<()> {
+    w.write_all(b).at("write", path)
+}
+
+/// Rows per parallel batch of plain rows.
+const PLAIN_BATCH: u64 = 4096;
+
+fn write_plain(
+    g: &GgufFile,
+    src: &GgufTensor,
+    p: &Planned,
+    w: &mut dyn Write,
+) -> Result<TensorReport> {
+    let (rows, k) = (src.rows(), src.row_len());
+    let scale = p.scale;
+    let mut total = Err2::default();
+    let mut r0 = 0;
+    while r0 < rows {
+        let r1 = (r0 + PLAIN_BATCH).min(rows);
+        let mut vals = Vec::new();
+        g.rows_f32(src, r0, r1, &mut vals)?;
+        // bf16(f32(v) × f32(√H)) for Gemma's embedding (q4nx-format §5), written straight into
+        // the output bytes; the error is reduced per row, not kept per element.
+        let mut flat = vec![0u8; vals.len() * 2];
+        let err = flat
+            .par_chunks_mut(2 * k as usize)
+            .zip(vals.par_chunks(k as usize))
+            .map(|(out, row)| {
+                let mut e = Err2::default();
+                for (o, &v) in out.chunks_exact_mut(2).zip(row) {
+                    let t = match scale {
+                        Some(s) => v * s,
+                        None => v,
+                    };
+                    let b = bf16::from_f32(t);
+                    e.add(b.to_f32(), t);
+                    o.copy_from_slice(&b.to_le_bytes());
+                }
+                e
+            })
+            .reduce(Err2::default, Err2::merge);
+        total = total.merge(err);
+        io(w, &flat, g.path())?;
+        r0 = r1;
+    }
+    Ok(TensorReport {
+        name: p.name.clone(),
+        source: p.src.clone(),
+        source_type: src.ty.to_string(),
+        stored_as: "BF16".into(),
+        method: "rounded to bf16".into(),
+        transform: p.note.clone(),
+        rel_l2: total.rel(),
+        max_abs: total.max,
+    })
+}
+
+/// Row blocks per parallel batch of tiles.
+const TILE_BATCH: u64 = 64;
+
+fn write_tiled(
+    g: &GgufFile,
+    src: &GgufTensor,
+    p: &Planned,
+    kind: TileKind,
+    w: &mut dyn Write,
+) -> Result<TensorReport> {
+    let (rows, k) = (src.rows(), src.row_len());
+    let codes = kind.codes();
+    let mut method = groups::native_method(src.ty, codes).unwrap_or(Method::Requantized);
+    let importance = p.importance.as_deref().filter(|w| w.len() == k as usize);
+    // GPTQ where there are second moments and the codes are unsigned 4-bit being requantized.
+    let factor = match &p.second_moments {
+        Some(h) if method == Method::Requantized && codes == Codes::Unsigned4 => {
+            let f = gptq::InverseFactor::new(h, k as usize).ok_or_else(|| {
+                refuse(
+                    g.path(),
+                    &src.name,
+                    "the calibration inputs' second moments are not positive definite, even damped",
+                )
+            })?;
+            method = Method::Gptq;
+            Some(f)
+        }
+        _ => None,
+    };
+    let (bs, ts) = src
+        .ty
+        .block()
+        .ok_or_else(|| refuse(g.path(), &src.name, format!("{} has no block size", src.ty)))?;
+    if !src.ty.dequantizable() {
+        return Err(refuse(
+            g.path(),
+            &src.name,
+            format!("no dequantizer for {}, so it cannot be converted", src.ty),
+        ));
+    }
+    let data = g.data(src)?;
+    let row_bytes = (k / bs * ts) as usize;
+    let r_tile = kind.rows() as u64;
+    let ct = k.div_ceil(encode::grid_cols(kind) as u64) as usize;
+    let band_bytes = ct * kind.bytes();
+    let rb_total = rows / r_tile;
+    let mut total = Err2::default();
+    let mut rb0 = 0;
+    while rb0 < rb_total {
+        let rb1 = (rb0 + TILE_BATCH).min(rb_total);
+        let bands: Vec<Result<(Vec<u8>, Err2)>> = (rb0..rb1)
+            .into_par_iter()
+            .map(|rb| {
+                let mut band = vec![0u8; band_bytes];
+                let mut err = Err2::default();
+                let mut gs: Vec<Group> = Vec::new();
+                let mut vals = vec![0f32; k as usize];
+                for r in 0..r_tile {
+                    let gr = p.rows.gguf_row(rb * r_tile + r) as usize;
+                    let bytes = &data[gr * row_bytes..(gr + 1) * row_bytes];
+                    onebit_stages::format::gguf::dequant::dequantize(src.ty, bytes, &mut vals)
+                        .map_err(|ty| {
+                            refuse(g.path(), &src.name, format!("no dequantizer for {ty}"))
+                        })?;
+                    if let Some(f) = &factor {
+                        gptq::quantize_row(&vals, f, importance, &mut gs);
+                    } else if method == Method::Requantized {
+                        groups::quantize_row(&vals, codes, importance, &mut gs);
+                    } else {
+                        groups::native_row(src.ty, codes, bytes, &mut gs);
+                    }
+                    for (i, &v) in vals.iter().enumerate() {
+                        err.add(gs[i / 32].value(codes, i % 32), v);
+                    }
+                    encode::place_row(kind, &mut band, r as usize, &gs);
+                }
+                Ok((band, err))
+            })
+            .collect();
+        for b in bands {
+            let (band, err) = b?;
+            total = total.merge(err);
+            io(w, &band, g.path())?;
+        }
+        rb0 = rb1;
+    }
+    Ok(TensorReport {
+        name: p.name.clone(),
+        source: p.src.clone(),
+        source_type: src.ty.to_string(),
+        stored_as: kind.name().to_string(),
+        method: format!("{method:?}"),
+        transform: p.note.clone(),
+        rel_l2: total.rel(),
+        max_abs: total.max,
+    })
+}

@@ -1,0 +1,31 @@
+//! `Q41_2560`: the 32×128 asymmetric tile of gpt-oss attention and lm_head, w = d·q + m (q4nx-format §2, row Q41_2560; evidence: inferred (CONV formula)).
+//!
+//! q41_25600
+
+use super::dispatch;
+use super::lanes::{self, Lanes};
+
+/// Bytes per tile.
+pub const BYTES: usize = 2560;
+/// Tile geometry and code-plane layout.
+pub const LANES: Lanes = Lanes {
+    rows: 32,
+    cols: 128,
+    lane: 16,
+    base: 512,
+};
+const SLOTS: usize = LANES.rows * LANES.groups();
+const _: () = assert!(LANES.rows * LANES.cols / 2 + LANES.base == BYTES);
+
+/// Decodes one tile into `out[r·128 + c]`.
+pub fn decode(tile: &[u8], out: &mut [f32]) {
+    let (d, m) = lanes::scale_and_zero_planes::<SLOTS>(tile);
+    lanes::decode4(tile, LANES, &lanes::UNSIGNED4, &d, Some(&m), out);
+}
+
+/// Decodes one tile column-major into `out[c·R + r]` (the fast path; see `lanes::decode4_cols`).
+#[inline(always)]
+pub fn decode_cols(tile: &[u8], out: &mut [f32]) {
+    let (d, m) = lanes::scale_and_zero_planes::<SLOTS>(tile);
+    dispatch::decode4_cols_fast(tile, LANES, dispatch::Nibbles::Unsigned, &d, Some(&m), out);
+}

@@ -1,0 +1,192 @@
+//! The runtime's model description from the semantics: the [`ModelSpec`] resolved once (RoPE
+//! tables per layer kind, norm and scale flags) and the tensor table from the detected layouts,
+//! each decision with its source. A family the host forward pass does not run is refused by name.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use onebit_runtime::pack::TensorEntry;
+use onebit_runtime::spec::{self, Act, LayerSpec, ModelSpec, RopeTable};
+
+use crate::error::{Error, Result};
+use crate::layout::{Layout, TensorLayout};
+use crate::semantics::rope::RopeScaling;
+use crate::semantics::{Activation, Family, LayerKind, QkNorm, Semantics};
+
+/// Families the host forward pass runs.
+pub const HOST_FAMILIES: [Family; 5] = [
+    Family::Gemma3,
+    Family::Llama,
+    Family::Qwen2,
+    Family::Qwen3,
+    Family::Hunyuan,
+];
+
+fn refuse(file: &Path, what: &str, reason: impl Into<String>) -> Error {
+    Error::Refused {
+        file: file.to_path_buf(),
+        tensor: what.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// The runtime's model description from the semantics; `has` says whether the pack holds a
+/// tensor. Returns the decisions it made, each with its source.
+pub fn model_spec(
+    sem: &Semantics,
+    has: impl Fn(&str) -> bool,
+    file: &Path,
+) -> Result<(ModelSpec, Vec<String>)> {
+    let mut dec = Vec::new();
+    if !HOST_FAMILIES.contains(&sem.family) {
+        return Err(refuse(
+            file,
+            "model_type",
+            format!(
+                "the host runtime does not run family {:?} ({}) yet; it runs gemma3, llama, qwen2, qwen3, hunyuan_v1_dense",
+                sem.family, sem.model_type
+            ),
+        ));
+    }
+    let unsupported = [
+        (sem.moe.is_some(), "mixture-of-experts layers"),
+        (sem.linear.is_some(), "linear-attention layers"),
+        (sem.attn_output_gate, "a gated attention output"),
+        (sem.attn_sinks, "attention sinks"),
+        (sem.multipliers.is_some(), "granite multipliers"),
+        (sem.o_bias || sem.mlp_bias, "output/MLP biases"),
+    ];
+    for (on, what) in unsupported {
+        if on {
+            return Err(refuse(
+                file,
+                "semantics",
+                format!("the host runtime does not implement {what}"),
+            ));
+        }
+    }
+    let mut ropes: Vec<RopeTable> = Vec::new();
+    let mut rope_index: BTreeMap<String, usize> = BTreeMap::new();
+    let mut layers = Vec::new();
+    for (i, kind) in sem.layer_kinds.iter().enumerate() {
+        let window = match kind {
+            LayerKind::FullAttention => None,
+            LayerKind::SlidingAttention { window } => Some(*window as usize),
+            other => {
+                return Err(refuse(
+                    file,
+                    &format!("layer_kind[{i}]"),
+                    format!("the host runtime does not run {other:?} layers"),
+                ));
+            }
+        };
+        let key = kind.rope_key().unwrap_or("full");
+        let rope = sem
+            .rope
+            .get(key)
+            .or_else(|| sem.rope.get("full"))
+            .ok_or_else(|| refuse(file, &format!("rope[{key}]"), "no RoPE for this layer kind"))?;
+        let idx = match rope_index.get(key) {
+            Some(&i) => i,
+            None => {
+                let half = (rope.rotary_dim / 2) as usize;
+                let inv_freq = (0..half).map(|j| rope.inv_freq(j) as f32).collect();
+                let attention_factor = match &rope.scaling {
+                    RopeScaling::Yarn { factor, .. } => (0.1 * factor.ln() + 1.0) as f32,
+                    RopeScaling::LongRope { mscale, .. } => *mscale as f32,
+                    _ => 1.0,
+                };
+                dec.push(format!(
+                    "rope[{key}]=base {} rotary {} {:?} <- semantics",
+                    rope.base, rope.rotary_dim, rope.scaling
+                ));
+                ropes.push(RopeTable {
+                    inv_freq,
+                    attention_factor,
+                });
+                rope_index.insert(key.to_string(), ropes.len() - 1);
+                ropes.len() - 1
+            }
+        };
+        layers.push(LayerSpec { window, rope: idx });
+    }
+    let sandwich = has("model.layers.0.pre_feedforward_layernorm.weight")
+        && has("model.layers.0.post_feedforward_layernorm.weight");
+    dec.push(format!(
+        "sandwich_norms={sandwich} <- pre/post_feedforward_layernorm {} in the pack",
+        if sandwich { "present" } else { "absent" }
+    ));
+    let (embed_scale, tied_div) = match (sem.embed_scale, sem.embed_prescaled) {
+        (Some(s), true) => (1.0, s as f32),
+        (Some(s), false) => (s as f32, 1.0),
+        (None, _) => (1.0, 1.0),
+    };
+    dec.push(format!(
+        "embed_scale={embed_scale} tied_head_divisor={tied_div} <- semantics embed_scale {:?}, prescaled {}",
+        sem.embed_scale, sem.embed_prescaled
+    ));
+    dec.push(format!(
+        "tied_head={} <- semantics tied (tie_word_embeddings and the tie test)",
+        sem.tied
+    ));
+    dec.push(format!(
+        "norm_add_one=false <- semantics norm_form {:?} (the pack's norm weights are used as stored)",
+        sem.norm_form
+    ));
+    let spec = ModelSpec {
+        family: sem.model_type.clone(),
+        hidden: sem.hidden as usize,
+        heads: sem.heads as usize,
+        kv_heads: sem.kv_heads as usize,
+        head_dim: sem.head_dim as usize,
+        ffn: sem.intermediate as usize,
+        vocab: sem.vocab as usize,
+        eps: sem.eps as f32,
+        norm_add_one: false,
+        act: match sem.activation {
+            Activation::Silu => Act::Silu,
+            Activation::GeluTanh => Act::GeluTanh,
+        },
+        layers,
+        ropes,
+        qk_norm: match sem.qk_norm {
+            QkNorm::Off => spec::QkNorm::Off,
+            QkNorm::BeforeRope => spec::QkNorm::BeforeRope,
+            QkNorm::AfterRope => spec::QkNorm::AfterRope,
+        },
+        sandwich_norms: sandwich,
+        attn_scale: sem.attn_scale as f32,
+        qkv_bias: sem.qkv_bias,
+        embed_scale,
+        tied_head_divisor: tied_div,
+        tied_head: sem.tied,
+        final_softcap: sem.final_softcap.map(|v| v as f32),
+        attn_softcap: sem.attn_softcap.map(|v| v as f32),
+        bos: sem.bos_id.map(|v| v as u32),
+        add_bos: sem.add_bos,
+        eos: sem.eos_ids.iter().map(|&v| v as u32).collect(),
+        context: sem.context.unwrap_or(4096) as usize,
+    };
+    Ok((spec, dec))
+}
+
+/// The tensor table from the detected layouts.
+pub fn tensor_entries(layouts: &[TensorLayout]) -> BTreeMap<String, TensorEntry> {
+    layouts
+        .iter()
+        .map(|l| {
+            let kind = match &l.layout {
+                Layout::Tiled { kind, .. } => kind.name().to_string(),
+                Layout::Plain => l.dtype.clone(),
+            };
+            (
+                l.name.clone(),
+                TensorEntry {
+                    kind,
+                    rows: l.rows,
+                    k: l.k,
+                },
+            )
+        })
+        .collect()
+}

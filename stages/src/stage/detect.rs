@@ -1,0 +1,96 @@
+//! The detect stage: each tensor's tile kind, grid, padded K and signedness, with the evidence
+//! ([`crate::layout::detect`]).
+
+use std::path::PathBuf;
+
+use onebit_pipeline::{Input, Stage, StageContext, StageError};
+
+use crate::format::gguf::GgufFile;
+use crate::format::gguf::names::MapDims;
+use crate::format::q4nx::Container;
+use crate::layout::detect::{Reference, detect_pack_with};
+use crate::layout::geometry::Geometry;
+
+/// The tile-kind stage: decides each tensor's layout (see [`crate::layout::detect`]).
+pub struct DetectStage {
+    pub(crate) extra: Vec<Input>,
+    pub(crate) model: PathBuf,
+    pub(crate) config: Option<PathBuf>,
+    pub(crate) reference: Option<PathBuf>,
+}
+
+impl DetectStage {
+    /// Bumped whenever the decisions written for the same input can change.
+    /// v2: a GGUF reference decides readings no byte and no in-pack test can.
+    pub const VERSION: u32 = 2;
+}
+
+impl Stage for DetectStage {
+    fn name(&self) -> &str {
+        "detect"
+    }
+    fn version(&self) -> u32 {
+        Self::VERSION
+    }
+    fn inputs(&self) -> Vec<Input> {
+        let mut v = vec![Input::external("model", &self.model)];
+        if let Some(c) = &self.config {
+            v.push(Input::external("config", c));
+        }
+        if let Some(r) = &self.reference {
+            v.push(Input::external("reference", r));
+        }
+        v.extend(self.extra.iter().cloned());
+        v
+    }
+    fn outputs(&self) -> Vec<String> {
+        vec!["layouts.json".into()]
+    }
+    fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
+        let container = Container::open(ctx.input("model")?)?;
+        let geometry = match &self.config {
+            Some(_) => Some(Geometry::from_file(ctx.input("config")?)?),
+            None => None,
+        };
+        let gguf = match &self.reference {
+            Some(_) => Some(GgufFile::open(ctx.input("reference")?)?),
+            None => None,
+        };
+        let reference = gguf.as_ref().map(|g| reference_of(g, geometry.as_ref()));
+        let layouts = detect_pack_with(&container, geometry.as_ref(), reference.as_ref())?;
+        for l in &layouts {
+            tracing::debug!(tensor = %l.name, decision = %l.decision);
+        }
+        let out = serde_json::to_vec_pretty(&layouts)?;
+        std::fs::write(ctx.output("layouts.json"), out)?;
+        Ok(())
+    }
+}
+
+/// The detect stage's view of a GGUF reference: its architecture and the name-map dimensions.
+fn reference_of<'a>(g: &'a GgufFile, geometry: Option<&Geometry>) -> Reference<'a> {
+    let arch = g.architecture().unwrap_or_default().to_string();
+    let meta = |key: &str| g.meta(&format!("{arch}.{key}")).and_then(|v| v.as_u64());
+    let hidden = geometry
+        .map(|x| x.hidden)
+        .or_else(|| meta("embedding_length"))
+        .unwrap_or(0);
+    let heads = geometry
+        .map(|x| x.heads)
+        .or_else(|| meta("attention.head_count"))
+        .unwrap_or(1);
+    let head_dim = geometry
+        .map(|x| x.head_dim)
+        .or_else(|| meta("attention.key_length"))
+        .unwrap_or(hidden / heads.max(1));
+    Reference {
+        gguf: g,
+        dims: MapDims {
+            hidden,
+            heads,
+            rope_dim: meta("rope.dimension_count").unwrap_or(head_dim),
+            head_dim,
+        },
+        arch,
+    }
+}

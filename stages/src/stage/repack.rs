@@ -1,0 +1,212 @@
+//! The repack stage: semantics + tile layouts + verification verdict → a verified pack the runtime
+//! maps ([`onebit_runtime::pack`]), with the model description of [`crate::model_spec`].
+//!
+//! The pack keeps `model.q4nx` byte for byte (hard-linked from the source when the filesystem
+//! allows, else copied): the NPU backend needs exactly those tiles, and the host kernels compute
+//! on them directly, so one copy serves both. What changes is everything around the bytes: the
+//! [`ModelSpec`] resolved once from the config semantics (RoPE tables per layer kind, norm and
+//! scale flags), the tile kind of every tensor as detection decided it, provenance and the verdict.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_runtime::Pack;
+use onebit_runtime::kernels::{TileLayout, scan};
+use onebit_runtime::pack::{
+    FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Provenance, VERSION, Verification,
+};
+
+use crate::error::{Error, Result};
+use crate::layout::TensorLayout;
+use crate::model_spec::{model_spec, tensor_entries};
+use crate::semantics::Semantics;
+use crate::verify::PackVerdict;
+
+/// The re-pack stage.
+pub struct RepackStage {
+    /// Inputs every stage of the graph shares (the fetch record).
+    pub extra: Vec<Input>,
+    /// The repository folder.
+    pub dir: PathBuf,
+    /// The pack's source name (`ORG/NAME` or `local/…`) and revision.
+    pub source: String,
+    /// Revision, when fetched.
+    pub revision: Option<String>,
+    /// The GGUF reference, when verification had one.
+    pub reference: Option<PathBuf>,
+}
+
+impl RepackStage {
+    /// Bumped whenever the pack written for the same input can change.
+    pub const VERSION: u32 = 4;
+}
+
+impl Stage for RepackStage {
+    fn name(&self) -> &str {
+        "repack"
+    }
+    fn version(&self) -> u32 {
+        Self::VERSION
+    }
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({ "format": FORMAT, "version": VERSION })
+    }
+    fn inputs(&self) -> Vec<Input> {
+        let mut v = vec![
+            Input::external("model", self.dir.join("model.q4nx")),
+            Input::external("tokenizer", self.dir.join("tokenizer.json")),
+            Input::artifact("semantics", "semantics", "semantics.json"),
+            Input::artifact("layouts", "detect", "layouts.json"),
+            Input::artifact("verification", "verify", "verification"),
+        ];
+        v.extend(self.extra.iter().cloned());
+        v
+    }
+    fn outputs(&self) -> Vec<String> {
+        vec!["pack".into()]
+    }
+    fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
+        let model = ctx.input("model")?.to_path_buf();
+        let sem: Semantics = serde_json::from_slice(&std::fs::read(ctx.input("semantics")?)?)?;
+        let layouts: Vec<TensorLayout> =
+            serde_json::from_slice(&std::fs::read(ctx.input("layouts")?)?)?;
+        let verdict: PackVerdict = serde_json::from_slice(&std::fs::read(
+            ctx.input("verification")?.join("verdict.json"),
+        )?)?;
+        let names: std::collections::BTreeSet<&str> =
+            layouts.iter().map(|l| l.name.as_str()).collect();
+        // A model the host cannot run still gets its pack (the NPU tiles, the verdict); the
+        // manifest says why the host refuses it.
+        let (spec, decisions, host_refusal) = match model_spec(&sem, |n| names.contains(n), &model)
+        {
+            Ok((s, d)) => (Some(s), d, None),
+            Err(Error::Refused { tensor, reason, .. }) => {
+                (None, Vec::new(), Some(format!("{tensor}: {reason}")))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let out = ctx.output("pack");
+        std::fs::create_dir_all(&out)?;
+        let target = out.join("model.q4nx");
+        // A fetched snapshot's files are relative symlinks into the blob store: link the blob
+        // itself (linking the symlink would leave a dangling one in the pack).
+        let real = std::fs::canonicalize(&model)?;
+        if std::fs::hard_link(&real, &target).is_err() {
+            std::fs::copy(&real, &target)?;
+        }
+        std::fs::copy(ctx.input("tokenizer")?, out.join("tokenizer.json"))?;
+        let mut files = BTreeMap::new();
+        for (name, path) in [
+            ("model.q4nx", model.clone()),
+            ("tokenizer.json", ctx.input("tokenizer")?.to_path_buf()),
+        ] {
+            let mut h = blake3::Hasher::new();
+            h.update_mmap_rayon(&path)?;
+            files.insert(name.to_string(), h.finalize().to_hex().to_string());
+        }
+        // The template the semantics stage found: the file wins over tokenizer_config.json.
+        let chat_template = match sem.chat_template.as_str() {
+            "file:chat_template.jinja" => {
+                std::fs::read_to_string(self.dir.join("chat_template.jinja")).ok()
+            }
+            "tokenizer_config:chat_template" => read_template_from_config(&self.dir),
+            _ => None,
+        };
+        let mut all_decisions: Vec<String> = sem.decisions.iter().map(|d| d.to_string()).collect();
+        all_decisions.extend(decisions);
+        let mut manifest = Manifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            model: spec,
+            host_refusal,
+            tensors: tensor_entries(&layouts),
+            provenance: Provenance {
+                source: self.source.clone(),
+                revision: self.revision.clone(),
+                files,
+                stage_keys: BTreeMap::new(),
+                reference: self.reference.as_ref().map(|p| p.display().to_string()),
+            },
+            verification: Verification {
+                verified: verdict.verified,
+                summary: verdict.summary.clone(),
+            },
+            chat_template,
+            decisions: all_decisions,
+            head_scan: None,
+        };
+        std::fs::write(
+            out.join("manifest.json"),
+            serde_json::to_vec_pretty(&manifest)?,
+        )?;
+        // The scan head is encoded from the pack as the runtime maps it, so it comes after the
+        // first manifest; the manifest is then rewritten with its entry.
+        if let Some((scan, decision)) = head_scan(&out, &manifest)? {
+            manifest.head_scan = Some(scan);
+            manifest.decisions.push(decision);
+            std::fs::write(
+                out.join("manifest.json"),
+                serde_json::to_vec_pretty(&manifest)?,
+            )?;
+        }
+        tracing::info!(pack = %out.display(), verified = verdict.verified, "re-packed");
+        Ok(())
+    }
+}
+
+/// Writes the host's 2-bit scan head (`onebit_runtime::kernels::scan`) into the pack folder `out`
+/// when the head is tied and stored as tiles: the host then scans it and re-scores the best
+/// candidates against the bf16 embedding. Returns its manifest entry and the decision.
+fn head_scan(out: &Path, manifest: &Manifest) -> Result<Option<(HeadScan, String)>, StageError> {
+    let Some(spec) = &manifest.model else {
+        return Ok(None);
+    };
+    let head_kind = manifest
+        .tensors
+        .get("lm_head.weight")
+        .map(|t| t.kind.as_str());
+    let tiled = head_kind.is_some_and(|k| TileLayout::by_name(k).is_some());
+    if !spec.tied_head || !tiled {
+        return Ok(None);
+    }
+    let pack = Pack::open(out, true)?;
+    let name = "model.embed_tokens.weight";
+    let Some(emb) = pack.stored(name).filter(|s| s.dtype == "BF16") else {
+        return Ok(None);
+    };
+    let (rows, k) = (spec.vocab, spec.hidden);
+    if emb.range.len() != rows * k * 2 {
+        return Ok(None);
+    }
+    let bytes = scan::encode_bf16(
+        &pack.map()[emb.range.clone()],
+        rows,
+        k,
+        1.0 / spec.tied_head_divisor,
+    );
+    let path = out.join(HEAD_SCAN_FILE);
+    std::fs::write(&path, &bytes)?;
+    let entry = HeadScan {
+        file: HEAD_SCAN_FILE.into(),
+        rows: rows as u64,
+        k: k as u64,
+        blake3: blake3::hash(&bytes).to_hex().to_string(),
+    };
+    let decision = format!(
+        "head_scan={HEAD_SCAN_FILE} (2-bit, {}-column groups, {:.1} MB) <- tied head stored as {} \
+         tiles: the host scans it and re-scores the best candidates against the bf16 embedding",
+        scan::GROUP,
+        bytes.len() as f64 / 1e6,
+        head_kind.unwrap_or_default()
+    );
+    Ok(Some((entry, decision)))
+}
+
+fn read_template_from_config(dir: &Path) -> Option<String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tokenizer_config.json")).ok()?).ok()?;
+    v.get("chat_template")
+        .and_then(|t| t.as_str())
+        .map(str::to_string)
+}

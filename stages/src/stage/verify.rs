@@ -1,0 +1,169 @@
+//! The verify stage: every tensor against the GGUF reference and the tied head against the
+//! embedding, by the rules of [`crate::verify`]; the `verification` table and the pack verdict.
+
+use std::path::PathBuf;
+
+use onebit_pipeline::{Input, Stage, StageContext, StageError};
+
+use super::write_parquet;
+use crate::error::{Error, Result};
+use crate::format::gguf::GgufFile;
+use crate::format::q4nx::Container;
+use crate::layout::TensorLayout;
+use crate::layout::geometry::Geometry;
+use crate::verify::{VerifyRow, run_verify};
+
+/// The verify stage: every tensor against the GGUF reference and the tied head against the
+/// embedding (see [`crate::verify`]).
+pub struct VerifyStage {
+    pub(crate) extra: Vec<Input>,
+    pub(crate) model: PathBuf,
+    pub(crate) config: Option<PathBuf>,
+    pub(crate) reference: Option<PathBuf>,
+    pub(crate) tie_rows: u64,
+}
+
+impl VerifyStage {
+    /// Bumped whenever the table or verdict written for the same input can change.
+    /// v2: "same source" needs codes the tile holds natively (requantized tensors are judged
+    /// against the expected correlation of the two quantization noises).
+    pub const VERSION: u32 = 2;
+}
+
+impl Stage for VerifyStage {
+    fn name(&self) -> &str {
+        "verify"
+    }
+    fn version(&self) -> u32 {
+        Self::VERSION
+    }
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({ "tie_rows": self.tie_rows })
+    }
+    fn inputs(&self) -> Vec<Input> {
+        let mut v = vec![
+            Input::external("model", &self.model),
+            Input::artifact("layouts", "detect", "layouts.json"),
+        ];
+        if let Some(c) = &self.config {
+            v.push(Input::external("config", c));
+        }
+        if let Some(r) = &self.reference {
+            v.push(Input::external("reference", r));
+        }
+        v.extend(self.extra.iter().cloned());
+        v
+    }
+    fn outputs(&self) -> Vec<String> {
+        vec!["verification".into()]
+    }
+    fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
+        let container = Container::open(ctx.input("model")?)?;
+        let layouts: Vec<TensorLayout> =
+            serde_json::from_slice(&std::fs::read(ctx.input("layouts")?)?)?;
+        let geometry = match &self.config {
+            Some(_) => Some(Geometry::from_file(ctx.input("config")?)?),
+            None => None,
+        };
+        let gguf = match &self.reference {
+            Some(_) => Some(GgufFile::open(ctx.input("reference")?)?),
+            None => None,
+        };
+        let (rows, verdict) = run_verify(
+            &container,
+            &layouts,
+            geometry.as_ref(),
+            gguf.as_ref(),
+            self.tie_rows,
+        )?;
+        let dir = ctx.output("verification");
+        std::fs::create_dir_all(&dir)?;
+        write_parquet(
+            &dir.join("verification.parquet"),
+            "verification",
+            &verification_table(&rows)?,
+        )?;
+        std::fs::write(
+            dir.join("verdict.json"),
+            serde_json::to_vec_pretty(&verdict)?,
+        )?;
+        tracing::info!(verdict = %verdict.summary);
+        Ok(())
+    }
+}
+
+/// The `verification` table.
+pub fn verification_table(rows: &[VerifyRow]) -> Result<arrow_array::RecordBatch> {
+    use arrow_array::builder::{Float64Builder, StringBuilder, UInt64Builder};
+    use arrow_schema::{DataType, Field, Schema};
+    let mut tensor = StringBuilder::new();
+    let mut reference = StringBuilder::new();
+    let mut reading = StringBuilder::new();
+    let mut compared = UInt64Builder::new();
+    let mut f: Vec<Float64Builder> = (0..9).map(|_| Float64Builder::new()).collect();
+    let mut verdict = StringBuilder::new();
+    let mut reason = StringBuilder::new();
+    for r in rows {
+        tensor.append_value(&r.tensor);
+        reference.append_value(&r.reference);
+        reading.append_value(&r.reading);
+        compared.append_value(r.compared);
+        for (b, v) in f.iter_mut().zip([
+            r.corr,
+            r.rel_l1,
+            r.rel_l2,
+            r.max_err,
+            r.exact_fraction,
+            r.scale,
+            r.rms_ratio,
+            r.floor,
+            r.expected,
+        ]) {
+            b.append_option(v);
+        }
+        verdict.append_value(r.verdict.as_str());
+        reason.append_value(&r.reason);
+    }
+    let names = [
+        "corr",
+        "rel_l1",
+        "rel_l2",
+        "max_err",
+        "exact_fraction",
+        "scale",
+        "rms_ratio",
+        "floor",
+        "expected",
+    ];
+    let mut fields = vec![
+        Field::new("tensor", DataType::Utf8, false),
+        Field::new("reference", DataType::Utf8, false),
+        Field::new("reading", DataType::Utf8, false),
+        Field::new("compared", DataType::UInt64, false),
+    ];
+    fields.extend(
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Float64, true)),
+    );
+    fields.push(Field::new("verdict", DataType::Utf8, false));
+    fields.push(Field::new("reason", DataType::Utf8, false));
+    let mut cols: Vec<arrow_array::ArrayRef> = vec![
+        std::sync::Arc::new(tensor.finish()),
+        std::sync::Arc::new(reference.finish()),
+        std::sync::Arc::new(reading.finish()),
+        std::sync::Arc::new(compared.finish()),
+    ];
+    cols.extend(
+        f.iter_mut()
+            .map(|b| std::sync::Arc::new(b.finish()) as arrow_array::ArrayRef),
+    );
+    cols.push(std::sync::Arc::new(verdict.finish()));
+    cols.push(std::sync::Arc::new(reason.finish()));
+    arrow_array::RecordBatch::try_new(std::sync::Arc::new(Schema::new(fields)), cols).map_err(|e| {
+        Error::Table {
+            table: "verification",
+            reason: e.to_string(),
+        }
+    })
+}
