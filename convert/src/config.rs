@@ -174,6 +174,50 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
                 }
             ));
         }
+        "hunyuan-dense" => {
+            set(&mut c, "model_type", json!("hunyuan_v1_dense"));
+            set(
+                &mut c,
+                "architectures",
+                json!(["HunYuanDenseV1ForCausalLM"]),
+            );
+            set(&mut c, "hidden_act", json!("silu"));
+            set(&mut c, "attention_bias", json!(false));
+            set(&mut c, "mlp_bias", json!(false));
+            set(&mut c, "norm_type", json!("rms"));
+            set(&mut c, "use_cla", json!(false));
+            set(&mut c, "attention_head_dim", json!(d.head_dim));
+            let qk_norm = g.tensor("blk.0.attn_q_norm.weight").is_some();
+            set(&mut c, "use_qk_norm", json!(qk_norm));
+            dec.push(format!(
+                "use_qk_norm={qk_norm} <- blk.0.attn_q_norm.weight {}",
+                if qk_norm { "present" } else { "absent" }
+            ));
+            let base = f("rope.freq_base").unwrap_or(10_000.0);
+            match hunyuan_alpha(base, d.head_dim) {
+                Some(alpha) => {
+                    set(&mut c, "rope_theta", json!(HUNYUAN_THETA));
+                    set(
+                        &mut c,
+                        "rope_scaling",
+                        json!({"type": "dynamic", "alpha": alpha, "factor": 1.0}),
+                    );
+                    dec.push(format!(
+                        "rope_scaling=dynamic alpha {alpha}, rope_theta={HUNYUAN_THETA} <- {a}.rope.freq_base {base} = {HUNYUAN_THETA}·{alpha}^({}/{}) exactly in f32 (llama.cpp folds α into the base)",
+                        d.head_dim,
+                        d.head_dim.saturating_sub(2)
+                    ));
+                }
+                None if base == HUNYUAN_THETA => {
+                    dec.push(format!(
+                        "rope_theta={HUNYUAN_THETA}, no rope_scaling <- {a}.rope.freq_base {base} (no α folded in)"
+                    ));
+                }
+                None => dec.push(format!(
+                    "rope_theta={base}, no rope_scaling <- {a}.rope.freq_base: no α with a short decimal form reproduces it from θ {HUNYUAN_THETA}, so the folded base is written (same frequencies)"
+                )),
+            }
+        }
         _ => {}
     }
     if let Some(p) = g
@@ -186,4 +230,49 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
         json: c,
         decisions: dec,
     })
+}
+
+/// The declared RoPE base of every Hunyuan dense model (llama.cpp's converter asserts it before
+/// folding α in).
+const HUNYUAN_THETA: f64 = 10_000.0;
+
+/// The α that llama.cpp folded into `base` (`θ·α^(D/(D−2))`, stored as f32), when one with at most
+/// three decimals reproduces the stored base exactly; `None` for an unscaled base or no exact α.
+fn hunyuan_alpha(base: f64, head_dim: u64) -> Option<f64> {
+    if head_dim <= 2 || base <= HUNYUAN_THETA {
+        return None;
+    }
+    let d = head_dim as f64;
+    let raw = (base / HUNYUAN_THETA).powf((d - 2.0) / d);
+    let stored = base as f32;
+    [1.0, 10.0, 100.0, 1000.0]
+        .into_iter()
+        .map(|s| (raw * s).round() / s)
+        .find(|&alpha| (HUNYUAN_THETA * alpha.powf(d / (d - 2.0))) as f32 == stored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hunyuan_alpha_comes_back_from_the_folded_f32_base() {
+        for (alpha, d) in [
+            (1000.0, 128u64),
+            (1000.0, 32),
+            (50.0, 128),
+            (100000.0, 128),
+            (2.5, 64),
+        ] {
+            let folded = (HUNYUAN_THETA * f64::powf(alpha, d as f64 / (d as f64 - 2.0))) as f32;
+            assert_eq!(
+                hunyuan_alpha(folded as f64, d),
+                Some(alpha),
+                "alpha {alpha}, D {d}"
+            );
+        }
+        assert_eq!(hunyuan_alpha(HUNYUAN_THETA, 128), None);
+        // A base no short α reproduces is written as the folded base.
+        assert_eq!(hunyuan_alpha(12_345_678.9, 128), None);
+    }
 }

@@ -119,7 +119,7 @@ pub struct ConvertReport {
 }
 
 /// Families the converter writes. Others are refused by name.
-pub const FAMILIES: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
+pub const FAMILIES: [&str; 5] = ["llama", "qwen2", "qwen3", "gemma3", "hunyuan-dense"];
 
 fn refuse(gguf: &Path, tensor: &str, reason: impl Into<String>) -> Error {
     Error::Refused {
@@ -284,9 +284,38 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
     Ok(out)
 }
 
-/// Resolves `choice` for this model: `auto` takes quarter tiles when any tiled weight's K is off
-/// the 256-column grid (FastFlowLM's Gemma3-270M-NPU2: K = 640, all 127 tensors quarter tiles).
-fn resolve_tile(g: &GgufFile, plan: &[Planned], choice: TileChoice) -> (TileChoice, String) {
+/// Resolves `choice` for this model: `auto` takes the symmetric 4,608-byte tiles for Hunyuan
+/// when every quantized source is Q4_0 (FastFlowLM ships Hy-MT2-1.8B-NPU2 in them, q4nx-format
+/// §2; the codes copy natively), else quarter tiles when any tiled weight's K is off the
+/// 256-column grid (FastFlowLM's Gemma3-270M-NPU2: K = 640, all 127 tensors quarter tiles), else
+/// 5120-byte tiles.
+fn resolve_tile(
+    g: &GgufFile,
+    arch: &str,
+    plan: &[Planned],
+    choice: TileChoice,
+) -> (TileChoice, String) {
+    let mut why = String::new();
+    if choice == TileChoice::Auto && arch == "hunyuan-dense" {
+        let other = plan.iter().filter(|p| p.tiled.is_some()).find_map(|p| {
+            let t = g.tensor(&p.src)?;
+            (t.ty != GgmlType::Q4_0).then(|| format!("{} is {}", p.src, t.ty))
+        });
+        match other {
+            None => {
+                return (
+                    TileChoice::Q4s4608,
+                    "tile=q4s-4608 <- auto: hunyuan-dense packs ship in Q40_4608 tiles (Hy-MT2-1.8B-NPU2, seed #2218) and every quantized source is Q4_0 (codes copied)"
+                        .to_string(),
+                );
+            }
+            Some(o) => {
+                why = format!(
+                    "hunyuan-dense: {o}, which Q40_4608 tiles could hold only requantized (--tile q4s-4608 forces them); "
+                );
+            }
+        }
+    }
     match choice {
         TileChoice::Auto => {
             let off = plan.iter().filter(|p| p.tiled.is_some()).find_map(|p| {
@@ -294,13 +323,13 @@ fn resolve_tile(g: &GgufFile, plan: &[Planned], choice: TileChoice) -> (TileChoi
                 (k % 256 != 0).then(|| format!("{} has K = {k}", p.src))
             });
             match off {
-                Some(why) => (
+                Some(off) => (
                     TileChoice::Q4_1280,
-                    format!("tile=q4-1280 <- auto: {why}, off the 256-column grid"),
+                    format!("tile=q4-1280 <- auto: {why}{off}, off the 256-column grid"),
                 ),
                 None => (
                     TileChoice::Q4_5120,
-                    "tile=q4-5120 <- auto: every K is on the 256-column grid".to_string(),
+                    format!("tile=q4-5120 <- auto: {why}every K is on the 256-column grid"),
                 ),
             }
         }
@@ -348,7 +377,7 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
     }
     let dims = Dims::read(&g, &arch)?;
     let mut planned = plan(&g, &dims)?;
-    let (tile, tile_why) = resolve_tile(&g, &planned, opts.tile);
+    let (tile, tile_why) = resolve_tile(&g, &arch, &planned, opts.tile);
     let mut decisions = vec![tile_why];
     for p in planned.iter_mut().filter(|p| p.tiled.is_some()) {
         let src = g

@@ -2,7 +2,7 @@
 //!
 //! Two GGUF tokenizer models are written faithfully:
 //! - `gpt2` (byte-level BPE): the GGUF's own merges, with the pre-tokenizer regex named by
-//!   `tokenizer.ggml.pre` (`default`/`gpt2`, `llama-bpe`, `qwen2`);
+//!   `tokenizer.ggml.pre` (`default`/`gpt2`, `llama-bpe`, `qwen2`, `hunyuan-dense`);
 //! - `llama` (SentencePiece BPE, Gemma, Llama 2): BPE with byte fallback, whitespace as `▁`, and
 //!   merges derived from the piece scores exactly as Hugging Face's `SentencePieceExtractor`
 //!   does (every split of a piece into two pieces, ordered by the merged piece's score), so that
@@ -74,6 +74,10 @@ pub const GEMMA_TEMPLATE: &str = "{{ bos_token }}\n{%- if messages[0]['role'] ==
 
 /// ChatML (Qwen, and llama.cpp's default).
 pub const CHATML_TEMPLATE: &str = "{%- for message in messages -%}\n    {{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif -%}\n";
+
+/// Hunyuan's template (Hunyuan-1.8B-Instruct's, without tools): the system text then
+/// placeholder 3, each user turn `<｜hy_User｜>…<｜hy_Assistant｜>`, each answer ended by EOS.
+pub const HUNYUAN_TEMPLATE: &str = "{{- bos_token }}{%- set sys = namespace(p='') %}{%- for m in messages %}{%- if m['role'] == 'system' %}{%- set sys.p = sys.p + m['content'] %}{%- endif %}{%- endfor %}{{- sys.p }}{%- if sys.p != '' %}{{- '<｜hy_place▁holder▁no▁3｜>' }}{%- endif %}{%- for m in messages %}{%- if m['role'] == 'user' %}{{- '<｜hy_User｜>' + m['content'] + '<｜hy_Assistant｜>' }}{%- elif m['role'] == 'assistant' %}{{- m['content'] + eos_token }}{%- endif %}{%- endfor %}";
 
 /// Llama 3's header template.
 pub const LLAMA3_TEMPLATE: &str = "{{- bos_token }}\n{%- for message in messages -%}\n    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif -%}\n";
@@ -154,20 +158,27 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
                 .meta("tokenizer.ggml.pre")
                 .and_then(|v| v.as_str())
                 .unwrap_or("default");
-            let regex = match pre_name {
+            let regex: Option<&[&str]> = match pre_name {
                 "default" | "gpt2" => None,
-                "llama-bpe" | "llama3" => Some(
+                "llama-bpe" | "llama3" => Some(&[
                     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-                ),
-                "qwen2" => Some(
+                ]),
+                "qwen2" => Some(&[
                     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-                ),
+                ]),
+                // llama.cpp src/llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_HUNYUAN_DENSE: three splits,
+                // each applied to the pieces the previous one left.
+                "hunyuan-dense" => Some(&[
+                    "\\p{N}{1,3}",
+                    "[一-龥぀-ゟ゠-ヿ]+",
+                    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+                ]),
                 other => {
                     return Err(super::refuse(
                         path,
                         "tokenizer.ggml.pre",
                         format!(
-                            "pre-tokenizer {other:?} is not known (known: default, gpt2, llama-bpe, qwen2)"
+                            "pre-tokenizer {other:?} is not known (known: default, gpt2, llama-bpe, qwen2, hunyuan-dense)"
                         ),
                     ));
                 }
@@ -180,10 +191,14 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
                 None => {
                     json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true})
                 }
-                Some(r) => json!({"type": "Sequence", "pretokenizers": [
-                    {"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": false},
-                    {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}
-                ]}),
+                Some(rs) => {
+                    let mut steps: Vec<Value> = rs
+                        .iter()
+                        .map(|r| json!({"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": false}))
+                        .collect();
+                    steps.push(json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}));
+                    json!({"type": "Sequence", "pretokenizers": steps})
+                }
             };
             (
                 Value::Null,
@@ -269,6 +284,7 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
             (t.clone(), None)
         }
         (None, "gemma3") => (GEMMA_TEMPLATE.to_string(), Some("<end_of_turn>")),
+        (None, "hunyuan-dense") => (HUNYUAN_TEMPLATE.to_string(), None),
         (None, _) if index.contains_key("<|start_header_id|>") => {
             (LLAMA3_TEMPLATE.to_string(), Some("<|eot_id|>"))
         }
@@ -279,6 +295,8 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
             "chat_template={} <- the GGUF has none; the family's standard template (as llama.cpp's built-ins)",
             if arch == "gemma3" {
                 "gemma"
+            } else if arch == "hunyuan-dense" {
+                "hunyuan"
             } else if end_of_turn == Some("<|eot_id|>") {
                 "llama3"
             } else {

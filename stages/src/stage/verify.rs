@@ -27,7 +27,9 @@ impl VerifyStage {
     /// Bumped whenever the table or verdict written for the same input can change.
     /// v2: "same source" needs codes the tile holds natively (requantized tensors are judged
     /// against the expected correlation of the two quantization noises).
-    pub const VERSION: u32 = 2;
+    /// v3: the tied-head fit of a head with signed codes is bounded by the symmetric 4-bit floor
+    /// too (a symmetric head requantized from an asymmetric embedding failed the seed's floor).
+    pub const VERSION: u32 = 3;
 }
 
 impl Stage for VerifyStage {

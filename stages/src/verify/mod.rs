@@ -435,15 +435,54 @@ pub fn four_bit_floor(e: &[f32], k: usize, b: usize) -> f64 {
     num / den.max(f64::MIN_POSITIVE)
 }
 
+/// The symmetric 4-bit noise floor of `e` at block `b`: each row's b-column blocks requantized as
+/// Q4_0 does (`d` = the signed value of largest magnitude ÷ −8, codes −8..7), then
+/// Σ|requant − e| / Σ|e|. The floor of heads whose tiles hold signed codes (Q40_*).
+pub fn four_bit_floor_symmetric(e: &[f32], k: usize, b: usize) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for row in e.chunks(k) {
+        for blk in row.chunks(b) {
+            let max = blk
+                .iter()
+                .copied()
+                .fold(0f32, |m, v| if v.abs() > m.abs() { v } else { m })
+                as f64;
+            let d = max / -8.0;
+            for &v in blk {
+                let v = v as f64;
+                let q = if d != 0.0 {
+                    (v / d).round().clamp(-8.0, 7.0)
+                } else {
+                    0.0
+                };
+                num += (q * d - v).abs();
+                den += v.abs();
+            }
+        }
+    }
+    num / den.max(f64::MIN_POSITIVE)
+}
+
 /// The tied-head fit rule (seed #2194): `x` the decoded head, `e` the embedding at the head's
 /// scale. All four must hold: corr > 0.99; fit `a` within 5 % of 1; rms ratio within 5 % of 1;
-/// rel L1 ≤ max(0.02, 1.5 × floor₃₂(e)).
-pub fn tie_fit(x: &[f32], e: &[f32], k: usize, row: &mut VerifyRow) {
+/// rel L1 ≤ max(0.02, 1.5 × floor₃₂(e)). The seed calibrated the floor on asymmetric heads; for a
+/// head with signed codes (`codes` = [`Codes::Signed4`]) the floor is the larger of that floor and
+/// the symmetric one ([`four_bit_floor_symmetric`]): a correct symmetric requantization of an
+/// embedding that lies on an asymmetric grid costs the symmetric floor, not the asymmetric one
+/// (measured: a Q4_1 Hunyuan embedding requantized into Q40_4608 reads rel 0.085 against floors
+/// 0.002 / 0.09).
+pub fn tie_fit(x: &[f32], e: &[f32], k: usize, codes: Option<Codes>, row: &mut VerifyRow) {
     let mut p = PairStats::default();
     p.extend(x, e);
     p.fill(row);
-    let floor = four_bit_floor(e, k, 32);
+    let mut floor = four_bit_floor(e, k, 32);
     row.floor = Some(floor);
+    let mut floor_note = String::new();
+    if codes == Some(Codes::Signed4) {
+        let sym = four_bit_floor_symmetric(e, k, 32);
+        floor_note = format!(", symmetric floor {sym:.6}");
+        floor = floor.max(sym);
+    }
     let corr = p.corr();
     let a = row.scale.unwrap_or(0.0);
     let rms = row.rms_ratio.unwrap_or(0.0);
@@ -464,8 +503,10 @@ pub fn tie_fit(x: &[f32], e: &[f32], k: usize, row: &mut VerifyRow) {
             "rel L1 {rel:.6} > max(0.02, 1.5 × floor {floor:.6}) = {bound:.6}"
         ));
     }
-    let numbers =
-        format!("corr {corr:.6}, a {a:.6}, rms ratio {rms:.6}, rel {rel:.6}, floor {floor:.6}");
+    let numbers = format!(
+        "corr {corr:.6}, a {a:.6}, rms ratio {rms:.6}, rel {rel:.6}, floor {:.6}{floor_note}",
+        row.floor.unwrap_or(floor)
+    );
     if failed.is_empty() {
         row.verdict = Verdict::Pass;
         row.reason = format!("head fit: {numbers}");
@@ -598,7 +639,7 @@ pub fn verify_pack(
             reference = format!("{reference} ÷ √{}", dims.map.hidden);
         }
         let mut row = VerifyRow::new(h, format!("{reference}; first {n} rows"));
-        tie_fit(&x, &ev, h.k as usize, &mut row);
+        tie_fit(&x, &ev, h.k as usize, h.codes, &mut row);
         rows.push(row);
     }
 
@@ -709,4 +750,95 @@ pub fn run_verify(
         },
     };
     verify_pack(container, layouts, gguf, &arch, dims, tie_rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Q4_1-style (min/max) quantization of `e` at block 32: values on an asymmetric grid.
+    fn on_asymmetric_grid(e: &[f32]) -> Vec<f32> {
+        e.chunks(32)
+            .flat_map(|b| {
+                let lo = b.iter().copied().fold(f32::INFINITY, f32::min);
+                let hi = b.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let s = (hi - lo) / 15.0;
+                b.iter()
+                    .map(move |v| lo + ((v - lo) / s).round().clamp(0.0, 15.0) * s)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Symmetric requantization of `e` (Q4_0's rule), as a Q40 head holds it.
+    fn symmetric(e: &[f32]) -> Vec<f32> {
+        e.chunks(32)
+            .flat_map(|b| {
+                let m = b
+                    .iter()
+                    .copied()
+                    .fold(0f32, |m, v| if v.abs() > m.abs() { v } else { m });
+                let d = m / -8.0;
+                b.iter()
+                    .map(move |v| (v / d).round().clamp(-8.0, 7.0) * d)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn embedding() -> Vec<f32> {
+        // A fixed pseudo-random embedding, 64 rows of 128.
+        let mut x = 0x2545_f491_u32;
+        (0..64 * 128)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x as f32 / u32::MAX as f32 - 0.5) * 0.2
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_symmetric_head_from_an_asymmetric_embedding_fits_by_the_symmetric_floor() {
+        let e = on_asymmetric_grid(&embedding());
+        let head = symmetric(&e);
+        assert!(
+            four_bit_floor(&e, 128, 32) < 0.01,
+            "e lies on the min/max grid"
+        );
+        let sym = four_bit_floor_symmetric(&e, 128, 32);
+        assert!(sym > 0.05, "symmetric floor {sym}");
+        let layout_row = || VerifyRow {
+            tensor: "lm_head.weight".into(),
+            reference: "embedding".into(),
+            reading: "Q40_4608".into(),
+            compared: 0,
+            corr: None,
+            rel_l1: None,
+            rel_l2: None,
+            max_err: None,
+            exact_fraction: None,
+            scale: None,
+            rms_ratio: None,
+            floor: None,
+            expected: None,
+            verdict: Verdict::Skipped,
+            reason: String::new(),
+        };
+        // Read as signed codes: bounded by the symmetric floor, passes.
+        let mut row = layout_row();
+        tie_fit(&head, &e, 128, Some(Codes::Signed4), &mut row);
+        assert_eq!(row.verdict, Verdict::Pass, "{}", row.reason);
+        assert!(row.reason.contains("symmetric floor"), "{}", row.reason);
+        // Without the code kind, the seed's floor refuses the same numbers.
+        let mut row = layout_row();
+        tie_fit(&head, &e, 128, None, &mut row);
+        assert_eq!(row.verdict, Verdict::Fail, "{}", row.reason);
+        // A scaled symmetric head is still refused.
+        let scaled: Vec<f32> = head.iter().map(|v| v * 1.2).collect();
+        let mut row = layout_row();
+        tie_fit(&scaled, &e, 128, Some(Codes::Signed4), &mut row);
+        assert_eq!(row.verdict, Verdict::Fail, "{}", row.reason);
+    }
 }

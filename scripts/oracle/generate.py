@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""Independent oracles for the families onebit-pipe converts and runs.
+
+For each case: a tiny random-weight model made by HF transformers from a config shaped like the
+real one (norms perturbed away from 1, so a wrong norm shows), a toy byte-level BPE tokenizer that
+carries the family's real special-token strings and pre-tokenizer, its GGUF made by llama.cpp's
+own `convert_hf_to_gguf.py` (the llama.cpp vendored in the `llama-cpp-python` source package, with
+its gguf-py), requantized to Q4_0 and Q4_1 by gguf-py, and reference logits by transformers in fp32
+(eager attention, no cache) from the weights as each GGUF dequantizes them.
+
+The toy tokenizer's pre-tokenizer hash is unknown to llama.cpp's converter (it hashes the ids of a
+fixed text against a list of real vocabularies), so the converter is run from a wrapper that makes
+`get_vocab_base_pre` return the family's llama.cpp name; everything else is llama.cpp's code as is.
+
+Usage (needs torch, transformers, tokenizers, numpy; the outputs are committed, CI never runs it):
+
+    python scripts/oracle/generate.py --llama-cpp DIR/llama.cpp --out tests/fixtures/oracle [CASE ...]
+
+Each case writes `tests/fixtures/oracle/CASE/`: `hf/` (config.json as the hub spells it,
+tokenizer files), `model-q4_0.gguf`, `model-q4_1.gguf`, and `reference.json` (ids, and per quant
+the logits at every position, and the greedy continuation of a translation request rendered by the
+chat template, with each step's top-2 margin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SEED = 20261201
+# Fixed ids the references are computed on (the same for every case; all < the toy vocab).
+IDS_LEN = 24
+# Greedy steps of the translation reference.
+GREEDY_STEPS = 8
+
+
+def hunyuan_config(alpha: float | None) -> dict:
+    """A config shaped like Hunyuan-1.8B / Hy-MT2 (GQA 4:1, q/k norm, tied, dynamic-alpha RoPE)."""
+    cfg = {
+        "architectures": ["HunYuanDenseV1ForCausalLM"],
+        "model_type": "hunyuan_v1_dense",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "attention_head_dim": 32,
+        "head_dim": 32,
+        "hidden_act": "silu",
+        "hidden_size": 128,
+        "intermediate_size": 320,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 32768,
+        "mlp_bias": False,
+        "norm_type": "rms",
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+        "use_cla": False,
+        "use_qk_norm": True,
+        "use_rotary_pos_emb": True,
+        "torch_dtype": "float32",
+        "initializer_range": 0.04,
+    }
+    if alpha is not None:
+        cfg["rope_scaling"] = {
+            "alpha": alpha,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "factor": 1.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "type": "dynamic",
+        }
+    return cfg
+
+
+# The special tokens of Hunyuan-1.8B-Instruct / Hy-MT2, as strings (ids are the toy vocab's).
+HUNYUAN_SPECIALS = [
+    "<｜hy_begin▁of▁sentence｜>",
+    "<｜hy_end▁of▁sentence｜>",
+    "<｜hy_▁pad▁｜>",
+    "<｜hy_User｜>",
+    "<｜hy_Assistant｜>",
+    "<｜hy_place▁holder▁no▁2｜>",
+    "<｜hy_place▁holder▁no▁3｜>",
+]
+# llama.cpp's hunyuan-dense pre-tokenizer (src/llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_HUNYUAN_DENSE).
+HUNYUAN_DENSE_REGEXES = [
+    r"\p{N}{1,3}",
+    r"[一-龥぀-ゟ゠-ヿ]+",
+    r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+]
+# Hunyuan's chat template (Hunyuan-1.8B-Instruct's, without tools): system text then
+# placeholder 3, each user turn `<｜hy_User｜>…<｜hy_Assistant｜>`, each answer ended by EOS.
+HY_TEMPLATE = (
+    "{{- bos_token }}{%- set sys = namespace(p='') %}"
+    "{%- for m in messages %}{%- if m['role'] == 'system' %}{%- set sys.p = sys.p + m['content'] %}{%- endif %}{%- endfor %}"
+    "{{- sys.p }}{%- if sys.p != '' %}{{- '<｜hy_place▁holder▁no▁3｜>' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m['role'] == 'user' %}{{- '<｜hy_User｜>' + m['content'] + '<｜hy_Assistant｜>' }}"
+    "{%- elif m['role'] == 'assistant' %}{{- m['content'] + eos_token }}{%- endif %}{%- endfor %}"
+)
+# Hy-MT's translation prompt (the user message of a translation request).
+TRANSLATE = "Translate the following segment into German, without additional explanation.\n\nThe capital of France is Paris."
+
+CASES = {
+    # name: (config, specials, regexes, llama.cpp pre name, chat template, bos, eos, pad)
+    "hunyuan-alpha": (hunyuan_config(1000.0), HUNYUAN_SPECIALS, HUNYUAN_DENSE_REGEXES, "hunyuan-dense", HY_TEMPLATE),
+    "hunyuan-plain": (hunyuan_config(None), HUNYUAN_SPECIALS, HUNYUAN_DENSE_REGEXES, "hunyuan-dense", HY_TEMPLATE),
+}
+
+
+def toy_tokenizer(text: str, specials: list[str], regexes: list[str], vocab: int):
+    """A byte-level BPE trained on `text`, with the family's pre-tokenizer and special tokens."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab - len(specials),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([text], trainer)
+    tok.add_special_tokens(specials)
+    return tok
+
+
+def write_hf(case: str, out: Path, text: str) -> tuple[dict, Path]:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg, specials, regexes, _, template = CASES[case]
+    hf = out / "hf"
+    if hf.exists():
+        shutil.rmtree(hf)
+    hf.mkdir(parents=True)
+    tok = toy_tokenizer(text, specials, regexes, 384)
+    vocab = tok.get_vocab_size()
+    ids = {s: tok.token_to_id(s) for s in specials}
+    cfg = dict(cfg)
+    cfg.update(
+        vocab_size=vocab,
+        org_vocab_size=vocab,
+        bos_token_id=ids[specials[0]],
+        eos_token_id=ids[specials[5]],
+        eod_token_id=ids[specials[5]],
+        pad_token_id=ids[specials[2]],
+        pad_id=ids[specials[2]],
+        sep_token_id=ids[specials[4]],
+    )
+    tok.save(str(hf / "tokenizer.json"))
+    (hf / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": specials[0],
+                "eos_token": specials[5],
+                "pad_token": specials[2],
+                "add_bos_token": True,
+                "clean_up_tokenization_spaces": False,
+                "model_max_length": cfg["max_position_embeddings"],
+                "chat_template": template,
+            },
+            ensure_ascii=False,
+            indent=2,
+        )
+    )
+    (hf / "generation_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token_id": cfg["bos_token_id"],
+                "eos_token_id": cfg["eos_token_id"],
+                "pad_token_id": cfg["pad_token_id"],
+            },
+            indent=2,
+        )
+    )
+    torch.manual_seed(SEED)
+    (hf / "config.json").write_text(json.dumps(cfg, indent=2))
+    config = AutoConfig.from_pretrained(hf)
+    config._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.copy_(torch.empty_like(p).uniform_(0.5, 1.5))
+    model.save_pretrained(hf, safe_serialization=True)
+    # save_pretrained rewrites config.json in transformers' spelling: keep the hub's.
+    (hf / "config.json").write_text(json.dumps(cfg, indent=2))
+    return cfg, hf
+
+
+def run_converter(llama_cpp: Path, hf: Path, dest: Path, pre: str) -> None:
+    wrapper = f"""
+import sys
+sys.path.insert(0, {str(llama_cpp)!r})
+sys.path.insert(0, {str(llama_cpp / 'gguf-py')!r})
+sys.argv = ['convert_hf_to_gguf.py', {str(hf)!r}, '--outtype', 'f32', '--outfile', {str(dest)!r}]
+import conversion.base as base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: {pre!r}
+import runpy
+runpy.run_path({str(llama_cpp / 'convert_hf_to_gguf.py')!r}, run_name='__main__')
+"""
+    subprocess.run([sys.executable, "-c", wrapper], check=True)
+
+
+def requantize(src: Path, dest: Path, qtype) -> None:
+    """Every 2-D weight whose rows split into 32-blocks in `qtype`; 1-D tensors stay F32."""
+    import gguf
+
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"]
+    arch_name = bytes(arch.parts[arch.data[0]]).decode()
+    w = gguf.GGUFWriter(dest, arch_name)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vtype = f.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            sub = f.types[1]
+            if sub == gguf.GGUFValueType.STRING:
+                val = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+            else:
+                val = [f.parts[i].tolist()[0] for i in f.data]
+            w.add_key_value(f.name, val, vtype, sub_type=sub)
+        elif vtype == gguf.GGUFValueType.STRING:
+            w.add_key_value(f.name, bytes(f.parts[f.data[0]]).decode("utf-8"), vtype)
+        else:
+            w.add_key_value(f.name, f.parts[f.data[0]].tolist()[0], vtype)
+    for t in r.tensors:
+        data = np.array(t.data, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
+        if data.ndim == 2 and data.shape[-1] % 32 == 0:
+            q = bf16_exact_scales(gguf.quants.quantize(data, qtype), qtype)
+            w.add_tensor(t.name, q, raw_shape=q.shape, raw_dtype=qtype)
+        else:
+            w.add_tensor(t.name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def bf16_exact_scales(q: np.ndarray, qtype) -> np.ndarray:
+    """Rounds every block's f16 scale (and Q4_1 min) to the nearest bf16 value. Every NPU2 tile
+    kind stores bf16 scales, so a native copy of these blocks is then lossless and the oracle
+    measures the reader and the runtime, not the format's scale rounding (which convert reports
+    per tensor as its requantization error)."""
+    import gguf
+
+    size = {gguf.GGMLQuantizationType.Q4_0: 18, gguf.GGMLQuantizationType.Q4_1: 20}[qtype]
+    fields = {gguf.GGMLQuantizationType.Q4_0: [0], gguf.GGMLQuantizationType.Q4_1: [0, 2]}[qtype]
+    blocks = q.reshape(-1, size).copy()
+    for at in fields:
+        f16 = blocks[:, at : at + 2].copy().view(np.float16).astype(np.float32)
+        bits = f16.view(np.uint32)
+        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).view(np.float32)
+        blocks[:, at : at + 2] = rounded.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(q.shape)
+
+
+def gguf_weights(path: Path) -> dict[str, np.ndarray]:
+    import gguf
+
+    r = gguf.GGUFReader(path)
+    out = {}
+    for t in r.tensors:
+        shape = [int(x) for x in reversed(t.shape)]
+        out[t.name] = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
+    return out
+
+
+def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -> tuple[list[list[float]], dict]:
+    """transformers in fp32 with every weight replaced by the GGUF's dequantized tensor of the same
+    shape and rows (llama.cpp may permute q/k rows; each row is matched by its f32 twin)."""
+    import gguf
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(hf)
+    config._attn_implementation = "eager"
+    model = AutoModelForCausalLM.from_pretrained(hf, config=config, torch_dtype=torch.float32)
+    model.eval()
+    alpha = (getattr(config, "rope_parameters", None) or {}).get("alpha")
+    if alpha is not None and getattr(model.model.rotary_emb, "rope_type", None) != "ntk_alpha":
+        raise SystemExit(f"transformers did not apply the alpha RoPE ({model.model.rotary_emb.rope_type})")
+    arch = {"hunyuan_v1_dense": gguf.MODEL_ARCH.HUNYUAN_DENSE}[config.model_type]
+    names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
+    f32 = gguf_weights_cache["f32"]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            base, suffix = name.rsplit(".", 1)
+            g = names.get_name(base)
+            if g is None:
+                raise SystemExit(f"no GGUF name for {name}")
+            g = f"{g}.{suffix}"
+            if g not in weights:
+                raise SystemExit(f"{g} missing from the GGUF")
+            q, ref = weights[g], f32[g]
+            hf_w = p.detach().numpy()
+            if q.shape != hf_w.shape:
+                raise SystemExit(f"{g}: GGUF shape {q.shape} vs HF {hf_w.shape}")
+            if q.ndim == 2:
+                # Rows of the f32 GGUF tensor, matched to the HF rows (a permutation).
+                order = {row.tobytes(): i for i, row in enumerate(ref)}
+                perm = [order.get(row.astype(np.float32).tobytes()) for row in hf_w]
+                if None in perm:
+                    raise SystemExit(f"{g}: HF rows are not a permutation of the GGUF's")
+                q = q[perm]
+            p.copy_(torch.from_numpy(q.copy()))
+        out = model(torch.tensor([ids]), use_cache=False).logits[0]
+        logits = [[round(float(x), 6) for x in row] for row in out]
+        # Greedy continuation of the translation request, with each step's top-2 margin.
+        tok = AutoTokenizer.from_pretrained(hf)
+        prompt = tok.apply_chat_template([{"role": "user", "content": TRANSLATE}], tokenize=False)
+        seq = tok(prompt, add_special_tokens=False)["input_ids"]
+        prompt_ids = list(seq)
+        margins = []
+        for _ in range(GREEDY_STEPS):
+            last = model(torch.tensor([seq]), use_cache=False).logits[0, -1]
+            top = torch.topk(last, 2)
+            margins.append(round(float(top.values[0] - top.values[1]), 6))
+            seq.append(int(top.indices[0]))
+    greedy = {"prompt": prompt, "prompt_ids": prompt_ids, "ids": seq[len(prompt_ids):], "margins": margins}
+    return logits, greedy
+
+
+gguf_weights_cache: dict[str, dict[str, np.ndarray]] = {}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-cpp", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--text", type=Path, default=Path(__file__).resolve().parents[2] / "tests/fixtures/text/multilingual.txt")
+    ap.add_argument("cases", nargs="*")
+    a = ap.parse_args()
+    sys.path.insert(0, str(a.llama_cpp / "gguf-py"))
+    import gguf
+
+    text = a.text.read_text()
+    for case in a.cases or list(CASES):
+        out = a.out / case
+        out.mkdir(parents=True, exist_ok=True)
+        cfg, hf = write_hf(case, out, text)
+        with tempfile.TemporaryDirectory() as tmp:
+            f32 = Path(tmp) / "model-f32.gguf"
+            run_converter(a.llama_cpp, hf, f32, CASES[case][3])
+            gguf_weights_cache["f32"] = gguf_weights(f32)
+            rng = np.random.default_rng(SEED)
+            ids = [int(cfg["bos_token_id"])] + [int(x) for x in rng.integers(0, cfg["vocab_size"] - 8, IDS_LEN - 1)]
+            ref = {"ids": ids, "logits": {}, "greedy": {}}
+            ref["logits"]["f32"], ref["greedy"]["f32"] = reference_logits(hf, gguf_weights_cache["f32"], ids)
+            for qname, qtype in [("q4_0", gguf.GGMLQuantizationType.Q4_0), ("q4_1", gguf.GGMLQuantizationType.Q4_1)]:
+                dest = out / f"model-{qname}.gguf"
+                requantize(f32, dest, qtype)
+                ref["logits"][qname], ref["greedy"][qname] = reference_logits(hf, gguf_weights(dest), ids)
+        # The safetensors are regenerated from the seed; only what the tests read is kept.
+        for f in hf.glob("*.safetensors"):
+            f.unlink()
+        (out / "reference.json").write_text(json.dumps(ref))
+        print(f"{case}: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+//! Hunyuan dense (Hy-MT2's family) against an independent forward pass: tiny random-weight
+//! `HunYuanDenseV1ForCausalLM` models made by HF transformers, their GGUFs made by llama.cpp's own
+//! converter and requantized to Q4_0 / Q4_1 by gguf-py, and the logits transformers computes from
+//! the weights each GGUF dequantizes to (`scripts/oracle/generate.py`; outputs in
+//! `tests/fixtures/oracle/`). Each GGUF is converted into an NPU2 repository, imported through
+//! every stage (verified against the same GGUF), loaded by the host runtime, and its logits must
+//! meet the oracle's at every position, for batched prefill and for token-by-token decode, with the
+//! converted config.json and with the hub-style one.
+
+use std::path::{Path, PathBuf};
+
+use onebit_convert::{ConvertOptions, TileChoice};
+use onebit_pipeline::{NullReporter, RunOptions, Store, run_graph};
+use onebit_runtime::{Model, Pack};
+use onebit_stages::{ImportSource, import_graph};
+use serde_json::Value;
+
+/// The largest |ours − oracle| accepted at any position (int8 activations and bf16 scales cost
+/// about 0.02 on these logit scales).
+const MAX_DIFF: f32 = 0.05;
+/// The oracle's top-2 margin above which our argmax must equal its argmax.
+const MARGIN: f32 = 0.05;
+
+fn oracle(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/oracle")
+        .join(case)
+}
+
+/// Converts (with `tile`), imports (verified against the GGUF) and loads one case; `hub_config`
+/// replaces the converted config.json by the hub-style one before the import.
+fn load(case: &str, quant: &str, tile: TileChoice, hub_config: bool, tmp: &Path) -> Model {
+    let gguf = oracle(case).join(format!("model-{quant}.gguf"));
+    let repo = tmp.join("repo");
+    let opts = ConvertOptions {
+        tile,
+        ..ConvertOptions::default()
+    };
+    let report = onebit_convert::convert(&gguf, &repo, &opts).expect("convert");
+    let tiled: Vec<_> = report
+        .tensors
+        .iter()
+        .filter(|t| t.stored_as.starts_with('Q'))
+        .collect();
+    assert!(!tiled.is_empty(), "{case}/{quant}: tiled tensors");
+    for t in &tiled {
+        match (quant, tile) {
+            // Hy-MT2's layout, codes copied.
+            ("q4_0", TileChoice::Auto) => {
+                assert_eq!(t.stored_as, "Q40_4608", "{}", t.name);
+                assert_eq!(t.method, "Native", "{}", t.name);
+            }
+            // A Q4_1 source keeps its zero-points natively unless Q40_4608 is forced.
+            ("q4_1", TileChoice::Auto) => {
+                assert!(
+                    t.stored_as.starts_with("Q41_"),
+                    "{}: {}",
+                    t.name,
+                    t.stored_as
+                );
+                assert_eq!(t.method, "Native", "{}", t.name);
+            }
+            (_, TileChoice::Q4s4608) => assert_eq!(t.stored_as, "Q40_4608", "{}", t.name),
+            _ => {}
+        }
+    }
+    if hub_config {
+        std::fs::copy(
+            oracle(case).join("hf/config.json"),
+            repo.join("config.json"),
+        )
+        .expect("hub config");
+    }
+    let store = Store::open(&tmp.join("home")).expect("store");
+    let source = ImportSource {
+        dir: repo.clone(),
+        reference: Some(gguf),
+        fetch: None,
+    };
+    let graph = import_graph(&source).expect("graph");
+    let opts = RunOptions {
+        jobs: 2,
+        ref_name: Some(format!("oracle/{case}-{quant}")),
+        source: serde_json::json!({"dir": repo.display().to_string()}),
+        deep_check: false,
+    };
+    let run = run_graph(&store, &graph, &opts, &NullReporter).expect("import");
+    let pack = run.artifact("repack", "pack").expect("a pack").clone();
+    // Only a verified pack opens without --allow-unverified.
+    Model::load(Pack::open(&pack, false).expect("verified pack")).expect("model")
+}
+
+/// max |ours − oracle| and the positions whose argmax differs where the oracle's margin is clear.
+fn compare(ours: &[f32], oracle: &[Vec<f32>]) -> (f32, Vec<usize>) {
+    let vocab = oracle[0].len();
+    assert_eq!(ours.len(), oracle.len() * vocab, "logit count");
+    let mut max = 0f32;
+    let mut wrong = Vec::new();
+    for (pos, want) in oracle.iter().enumerate() {
+        let got = &ours[pos * vocab..(pos + 1) * vocab];
+        for (a, b) in got.iter().zip(want) {
+            max = max.max((a - b).abs());
+        }
+        let argmax = |v: &[f32]| {
+            v.iter()
+                .enumerate()
+                .fold((0, f32::MIN), |m, (i, &x)| if x > m.1 { (i, x) } else { m })
+        };
+        let (top, best) = argmax(want);
+        let second = want
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != top)
+            .map(|(_, &x)| x)
+            .fold(f32::MIN, f32::max);
+        if best - second > MARGIN && argmax(got).0 != top {
+            wrong.push(pos);
+        }
+    }
+    (max, wrong)
+}
+
+/// The oracle's logits for `quant`, one row per position.
+fn logits_of(reference: &Value, quant: &str) -> Vec<Vec<f32>> {
+    reference["logits"][quant]
+        .as_array()
+        .expect("logits")
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .expect("row")
+                .iter()
+                .map(|x| x.as_f64().expect("logit") as f32)
+                .collect()
+        })
+        .collect()
+}
+
+fn check(case: &str) {
+    let reference: Value = serde_json::from_slice(
+        &std::fs::read(oracle(case).join("reference.json")).expect("reference.json"),
+    )
+    .expect("json");
+    let ids: Vec<u32> = reference["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_u64().expect("id") as u32)
+        .collect();
+    for quant in ["q4_0", "q4_1"] {
+        let want = logits_of(&reference, quant);
+        for hub in [false, true] {
+            let tmp = tempfile::tempdir().expect("tmp");
+            let model = load(case, quant, TileChoice::Auto, hub, tmp.path());
+            let config = if hub { "hub" } else { "converted" };
+            // Batched prefill: every position's logits from one pass.
+            let mut s = model.session(ids.len());
+            let prefill = model.forward(&mut s, &ids, true).expect("prefill");
+            let (max_p, wrong_p) = compare(&prefill, &want);
+            // Token by token.
+            let mut s = model.session(ids.len());
+            let mut decode = Vec::new();
+            for &t in &ids {
+                decode.extend(model.forward(&mut s, &[t], false).expect("decode"));
+            }
+            let (max_d, wrong_d) = compare(&decode, &want);
+            eprintln!(
+                "{case} {quant} {config}: prefill max |diff| {max_p:.4}, decode {max_d:.4}, argmax mismatches {} / {}",
+                wrong_p.len(),
+                wrong_d.len()
+            );
+            assert!(
+                max_p <= MAX_DIFF && max_d <= MAX_DIFF,
+                "{case} {quant} {config}: max |diff| prefill {max_p}, decode {max_d} > {MAX_DIFF}"
+            );
+            assert!(
+                wrong_p.is_empty() && wrong_d.is_empty(),
+                "{case} {quant} {config}: argmax differs at {wrong_p:?} (prefill), {wrong_d:?} (decode)"
+            );
+        }
+    }
+}
+
+/// Q4_1 forced into Hy-MT2's symmetric tiles: requantized, so it cannot meet the Q4_1 oracle
+/// exactly, but the pack verifies (the tied head by the symmetric floor) and its error is
+/// reported.
+#[test]
+fn a_q4_1_source_forced_into_q40_4608_tiles_verifies() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = load(
+        "hunyuan-alpha",
+        "q4_1",
+        TileChoice::Q4s4608,
+        false,
+        tmp.path(),
+    );
+    let reference: Value = serde_json::from_slice(
+        &std::fs::read(oracle("hunyuan-alpha").join("reference.json")).expect("reference.json"),
+    )
+    .expect("json");
+    let ids: Vec<u32> = reference["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_u64().expect("id") as u32)
+        .collect();
+    let mut s = model.session(ids.len());
+    let logits = model.forward(&mut s, &ids, true).expect("prefill");
+    assert!(logits.iter().all(|x| x.is_finite()));
+    let want = logits_of(&reference, "q4_1");
+    let (max, wrong) = compare(&logits, &want);
+    eprintln!(
+        "hunyuan-alpha q4_1 → Q40_4608 (requantized): max |diff| {max:.4}, argmax mismatches {}",
+        wrong.len()
+    );
+}
+
+#[test]
+fn hunyuan_with_dynamic_alpha_rope_meets_the_transformers_oracle() {
+    check("hunyuan-alpha");
+}
+
+#[test]
+fn hunyuan_with_plain_rope_meets_the_transformers_oracle() {
+    check("hunyuan-plain");
+}
