@@ -1,7 +1,8 @@
 //! The headline command end to end on the Hunyuan oracle: its Q4_0 GGUF converted into a
 //! `FastFlowLM/Hy-MT2-1.8B-NPU2`-shaped repository, served by a local hub server,
 //! `onebit-pipe run --repo FastFlowLM/Hy-MT2-1.8B-NPU2 --endpoint <hub>` (fetch, semantics,
-//! detect Q40_4608, dequant, verify against the GGUF, repack, kernels), then `onebit-pipe serve`
+//! detect Q40_4608, dequant, verify against the GGUF, repack, kernels), `onebit-pipe eval` on the
+//! oracle's ids, then `onebit-pipe serve`
 //! answering a translation request through `/v1/chat/completions` with the official `openai`
 //! client. The answer must be the oracle's greedy continuation of the same request (transformers
 //! on the GGUF's dequantized weights; every step's top-2 margin clears int8-activation noise).
@@ -90,6 +91,79 @@ fn hy_mt2_is_fetched_verified_and_answers_a_translation_through_the_openai_clien
     assert!(kinds.contains("Q40_4608"), "{kinds}");
     assert!(!kinds.contains("Q41"), "{kinds}");
 
+    // eval on the oracle's ids: perplexity of the scored positions (llama.cpp chunking scores the
+    // second half) within 1 % of the oracle's, argmax equal wherever the oracle's margin is clear.
+    let reference: Value = serde_json::from_slice(
+        &std::fs::read(oracle().join("reference.json")).expect("reference.json"),
+    )
+    .expect("json");
+    let ids_json = reference["ids"].to_string();
+    let out = onebit(&home, &hf)
+        .args([
+            "-q",
+            "--json",
+            "eval",
+            "--repo",
+            REPO,
+            "--endpoint",
+            &server.url,
+        ])
+        .args(["--ids", &ids_json, "--reference"])
+        .arg(&gguf)
+        .output()
+        .expect("eval");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let eval: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v.get("perplexity").is_some())
+        .expect("eval result");
+    let logits: Vec<Vec<f64>> = reference["logits"]["q4_0"]
+        .as_array()
+        .expect("logits")
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .expect("row")
+                .iter()
+                .map(|x| x.as_f64().expect("logit"))
+                .collect()
+        })
+        .collect();
+    let ids: Vec<usize> = reference["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_u64().expect("id") as usize)
+        .collect();
+    let scored = eval["scored"].as_u64().expect("scored") as usize;
+    let n = ids.len() - 1;
+    let nll: f64 = (n - scored..n)
+        .map(|i| {
+            let row = &logits[i];
+            let max = row.iter().copied().fold(f64::MIN, f64::max);
+            let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+            lse - row[ids[i + 1]]
+        })
+        .sum::<f64>()
+        / scored as f64;
+    let (ours, theirs) = (eval["perplexity"].as_f64().expect("ppl"), nll.exp());
+    eprintln!("eval: perplexity {ours:.3} vs oracle {theirs:.3} over {scored} positions");
+    assert!((ours / theirs - 1.0).abs() < 0.01, "{ours} vs {theirs}");
+    let argmax = eval["argmax"].as_array().expect("argmax");
+    for (i, row) in logits.iter().take(argmax.len()).enumerate() {
+        let mut sorted = row.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        let top = row.iter().position(|&x| x == sorted[0]).expect("top");
+        if sorted[0] - sorted[1] > 0.05 {
+            assert_eq!(argmax[i].as_u64(), Some(top as u64), "position {i}");
+        }
+    }
+
     let mut cmd = onebit(&home, &hf);
     cmd.args([
         "-q",
@@ -121,10 +195,6 @@ fn hy_mt2_is_fetched_verified_and_answers_a_translation_through_the_openai_clien
         std::thread::sleep(Duration::from_millis(300));
     }
 
-    let reference: Value = serde_json::from_slice(
-        &std::fs::read(oracle().join("reference.json")).expect("reference.json"),
-    )
-    .expect("json");
     let want = &reference["greedy"]["q4_0"];
     let steps = want["ids"].as_array().expect("ids").len();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/translate_e2e.py");

@@ -30,6 +30,7 @@ use onebit_stages::format::gguf::{GgmlType, GgufFile, GgufTensor};
 use onebit_stages::format::q4nx::Dtype;
 use onebit_stages::format::q4nx::writer::{self, Entry};
 use onebit_stages::format::tiles::{Codes, TileKind};
+use onebit_stages::layout::geometry::ffn_pad_of;
 
 /// The `--tile` choice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -139,6 +140,8 @@ struct Planned {
     note: String,
     /// `None` for plain BF16.
     tiled: Option<TileKind>,
+    /// Rows and K as tiled, after the family's FFN padding (zero rows / columns past the source's).
+    padded: (u64, u64),
     /// Per-column importance for requantization (calibration), if any.
     importance: Option<Vec<f32>>,
     /// The inputs' mean second moments for GPTQ (`k × k`), if asked for.
@@ -258,6 +261,7 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
         used.insert(t.gguf.clone());
         let two_d = src.dims.len() == 2;
         let tiled = name != "model.embed_tokens.weight" && two_d;
+        let padded = ffn_padded(&d.arch, &name, src.rows(), src.row_len());
         out.push(Planned {
             name,
             src: t.gguf,
@@ -265,6 +269,7 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
             scale: t.scale,
             note: t.note,
             tiled: tiled.then_some(TileKind::Q41_5120),
+            padded,
             importance: None,
             second_moments: None,
         });
@@ -282,6 +287,19 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
         }
     }
     Ok(out)
+}
+
+/// (rows, K) of a pack tensor after the family's FFN padding (q4nx-format §4): `gate/up_proj` rows
+/// and `down_proj` columns rounded up to [`ffn_pad_of`]; other tensors as they are.
+fn ffn_padded(arch: &str, name: &str, rows: u64, k: u64) -> (u64, u64) {
+    let pad = ffn_pad_of(arch);
+    if name.ends_with("mlp.gate_proj.weight") || name.ends_with("mlp.up_proj.weight") {
+        (rows.div_ceil(pad) * pad, k)
+    } else if name.ends_with("mlp.down_proj.weight") {
+        (rows, k.div_ceil(pad) * pad)
+    } else {
+        (rows, k)
+    }
 }
 
 /// Resolves `choice` for this model: `auto` takes the symmetric 4,608-byte tiles for Hunyuan
@@ -495,7 +513,8 @@ fn write_pack(g: &GgufFile, planned: &[Planned], path: &Path) -> Result<Vec<Tens
             None => vec![rows, k],
             Some(kind) => {
                 let (r, c) = (kind.rows() as u64, encode::grid_cols(kind) as u64);
-                if rows % r != 0 {
+                let (rows_p, k_p) = p.padded;
+                if rows % r != 0 || rows_p % r != 0 {
                     return Err(refuse(
                         g.path(),
                         &p.src,
@@ -513,7 +532,7 @@ fn write_pack(g: &GgufFile, planned: &[Planned], path: &Path) -> Result<Vec<Tens
                         format!("K = {k} is not a multiple of the 32-column group"),
                     ));
                 }
-                vec![(rows / r) * k.div_ceil(c), kind.bytes() as u64]
+                vec![(rows_p / r) * k_p.div_ceil(c), kind.bytes() as u64]
             }
         };
         let dtype = if p.tiled.is_some() {
@@ -678,7 +697,9 @@ fn write_tiled(
     let data = g.data(src)?;
     let row_bytes = (k / bs * ts) as usize;
     let r_tile = kind.rows() as u64;
-    let ct = k.div_ceil(encode::grid_cols(kind) as u64) as usize;
+    // The family's FFN padding: zero columns past K in every band, zero bands past the rows.
+    let (rows_p, k_p) = p.padded;
+    let ct = k_p.div_ceil(encode::grid_cols(kind) as u64) as usize;
     let band_bytes = ct * kind.bytes();
     let rb_total = rows / r_tile;
     let mut total = Err2::default();
@@ -720,6 +741,10 @@ fn write_tiled(
             io(w, &band, g.path())?;
         }
         rb0 = rb1;
+    }
+    let zero = vec![0u8; band_bytes];
+    for _ in rb_total..rows_p / r_tile {
+        io(w, &zero, g.path())?;
     }
     Ok(TensorReport {
         name: p.name.clone(),

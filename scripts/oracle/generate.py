@@ -30,7 +30,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -126,10 +128,155 @@ SENTENCES = [
 ]
 CLEAR_MARGIN = 0.08
 
+LLAMA_BPE_REGEXES = [
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+]
+QWEN2_REGEXES = [
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+]
+CHATML_TEMPLATE = (
+    "{%- for message in messages -%}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' }}{%- endif -%}"
+)
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}{%- for message in messages -%}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif -%}"
+)
+
+
+def small(**kw) -> dict:
+    """The tiny geometry every case shares (GQA, head_dim ≠ hidden/heads where the family allows)."""
+    base = {
+        "hidden_size": 128,
+        "intermediate_size": 320,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 2,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-06,
+        "torch_dtype": "float32",
+        "initializer_range": 0.04,
+        "tie_word_embeddings": True,
+    }
+    base.update(kw)
+    return base
+
+
+@dataclass
+class Case:
+    """One oracle: the config, the tokenizer's special tokens (bos/eos/pad among them), its
+    llama.cpp pre-tokenizer, the chat template, the gguf-py architecture, and the family's extra
+    config keys that name token ids."""
+
+    config: dict
+    specials: list[str]
+    bos: str
+    eos: str
+    pad: str
+    regexes: list[str]
+    pre: str
+    template: str
+    arch: str
+    id_keys: Callable[[dict[str, int]], dict] = field(default=lambda ids: {})
+
+
+def hunyuan_ids(c: "Case"):
+    return lambda ids: {
+        "org_vocab_size": None,
+        "eod_token_id": ids[c.eos],
+        "pad_id": ids[c.pad],
+        "sep_token_id": ids[HUNYUAN_SPECIALS[4]],
+    }
+
+
+def hunyuan_case(alpha: float | None) -> Case:
+    c = Case(
+        config=hunyuan_config(alpha),
+        specials=HUNYUAN_SPECIALS,
+        bos=HUNYUAN_SPECIALS[0],
+        eos=HUNYUAN_SPECIALS[5],
+        pad=HUNYUAN_SPECIALS[2],
+        regexes=HUNYUAN_DENSE_REGEXES,
+        pre="hunyuan-dense",
+        template=HY_TEMPLATE,
+        arch="HUNYUAN_DENSE",
+    )
+    c.id_keys = hunyuan_ids(c)
+    return c
+
+
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
+
 CASES = {
-    # name: (config, specials, regexes, llama.cpp pre name, chat template, bos, eos, pad)
-    "hunyuan-alpha": (hunyuan_config(1000.0), HUNYUAN_SPECIALS, HUNYUAN_DENSE_REGEXES, "hunyuan-dense", HY_TEMPLATE),
-    "hunyuan-plain": (hunyuan_config(None), HUNYUAN_SPECIALS, HUNYUAN_DENSE_REGEXES, "hunyuan-dense", HY_TEMPLATE),
+    "hunyuan-alpha": hunyuan_case(1000.0),
+    "hunyuan-plain": hunyuan_case(None),
+    # Qwen3-0.6B's shape: q/k RMSNorm, head_dim set apart from hidden/heads (4 heads of 64 over
+    # hidden 128, as 0.6B has 16 heads of 128 over 1024), θ 10^6, tied.
+    "qwen3": Case(
+        config=small(
+            architectures=["Qwen3ForCausalLM"],
+            model_type="qwen3",
+            head_dim=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            attention_bias=False,
+            rope_theta=1000000.0,
+            max_position_embeddings=40960,
+            use_sliding_window=False,
+            sliding_window=None,
+            max_window_layers=2,
+        ),
+        specials=QWEN_SPECIALS,
+        bos=QWEN_SPECIALS[0],
+        eos=QWEN_SPECIALS[2],
+        pad=QWEN_SPECIALS[0],
+        regexes=QWEN2_REGEXES,
+        pre="qwen2",
+        template=CHATML_TEMPLATE,
+        arch="QWEN3",
+    ),
+    # Qwen2.5-0.5B's shape: q/k/v biases (drawn away from 0), θ 10^6, tied.
+    "qwen2": Case(
+        config=small(
+            architectures=["Qwen2ForCausalLM"],
+            model_type="qwen2",
+            rope_theta=1000000.0,
+            max_position_embeddings=32768,
+            use_sliding_window=False,
+            sliding_window=32768,
+            max_window_layers=2,
+        ),
+        specials=QWEN_SPECIALS,
+        bos=QWEN_SPECIALS[0],
+        eos=QWEN_SPECIALS[2],
+        pad=QWEN_SPECIALS[0],
+        regexes=QWEN2_REGEXES,
+        pre="qwen2",
+        template=CHATML_TEMPLATE,
+        arch="QWEN2",
+    ),
+    # Llama 3.2-1B's shape without RoPE scaling (llama.cpp's converter permutes q/k rows).
+    "llama": Case(
+        config=small(
+            architectures=["LlamaForCausalLM"],
+            model_type="llama",
+            head_dim=32,
+            num_key_value_heads=1,
+            attention_bias=False,
+            mlp_bias=False,
+            rope_theta=500000.0,
+            max_position_embeddings=131072,
+        ),
+        specials=LLAMA3_SPECIALS,
+        bos=LLAMA3_SPECIALS[0],
+        eos=LLAMA3_SPECIALS[2],
+        pad=LLAMA3_SPECIALS[1],
+        regexes=LLAMA_BPE_REGEXES,
+        pre="llama-bpe",
+        template=LLAMA3_TEMPLATE,
+        arch="LLAMA",
+    ),
 }
 
 
@@ -156,7 +303,8 @@ def toy_tokenizer(text: str, specials: list[str], regexes: list[str], vocab: int
 def write_hf(case: str, out: Path, text: str) -> tuple[dict, Path]:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg, specials, regexes, _, template = CASES[case]
+    c = CASES[case]
+    cfg, specials, regexes, template = c.config, c.specials, c.regexes, c.template
     hf = out / "hf"
     if hf.exists():
         shutil.rmtree(hf)
@@ -165,24 +313,24 @@ def write_hf(case: str, out: Path, text: str) -> tuple[dict, Path]:
     vocab = tok.get_vocab_size()
     ids = {s: tok.token_to_id(s) for s in specials}
     cfg = dict(cfg)
+    cfg.update(vocab_size=vocab)
+    extra = c.id_keys(ids)
+    if "org_vocab_size" in extra:
+        extra["org_vocab_size"] = vocab
+    cfg.update(extra)
     cfg.update(
-        vocab_size=vocab,
-        org_vocab_size=vocab,
-        bos_token_id=ids[specials[0]],
-        eos_token_id=ids[specials[5]],
-        eod_token_id=ids[specials[5]],
-        pad_token_id=ids[specials[2]],
-        pad_id=ids[specials[2]],
-        sep_token_id=ids[specials[4]],
+        bos_token_id=ids[c.bos],
+        eos_token_id=ids[c.eos],
+        pad_token_id=ids[c.pad],
     )
     tok.save(str(hf / "tokenizer.json"))
     (hf / "tokenizer_config.json").write_text(
         json.dumps(
             {
                 "tokenizer_class": "PreTrainedTokenizerFast",
-                "bos_token": specials[0],
-                "eos_token": specials[5],
-                "pad_token": specials[2],
+                "bos_token": c.bos,
+                "eos_token": c.eos,
+                "pad_token": c.pad,
                 "add_bos_token": True,
                 "clean_up_tokenization_spaces": False,
                 "model_max_length": cfg["max_position_embeddings"],
@@ -211,6 +359,8 @@ def write_hf(case: str, out: Path, text: str) -> tuple[dict, Path]:
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:
                 p.copy_(torch.empty_like(p).uniform_(0.5, 1.5))
+            elif name.endswith(".bias"):
+                p.copy_(torch.empty_like(p).uniform_(-0.5, 0.5))
     model.save_pretrained(hf, safe_serialization=True)
     # save_pretrained rewrites config.json in transformers' spelling: keep the hub's.
     (hf / "config.json").write_text(json.dumps(cfg, indent=2))
@@ -309,7 +459,7 @@ def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -
     alpha = (getattr(config, "rope_parameters", None) or {}).get("alpha")
     if alpha is not None and getattr(model.model.rotary_emb, "rope_type", None) != "ntk_alpha":
         raise SystemExit(f"transformers did not apply the alpha RoPE ({model.model.rotary_emb.rope_type})")
-    arch = {"hunyuan_v1_dense": gguf.MODEL_ARCH.HUNYUAN_DENSE}[config.model_type]
+    arch = getattr(gguf.MODEL_ARCH, ARCH_OF[config.model_type])
     names = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
     f32 = gguf_weights_cache["f32"]
     with torch.no_grad():
@@ -365,6 +515,8 @@ def greedy(hf: Path, model, sentence: str) -> dict:
     }
 
 
+ARCH_OF = {c.config["model_type"]: c.arch for c in CASES.values()}
+
 gguf_weights_cache: dict[str, dict[str, np.ndarray]] = {}
 
 
@@ -385,7 +537,7 @@ def main() -> None:
         cfg, hf = write_hf(case, out, text)
         with tempfile.TemporaryDirectory() as tmp:
             f32 = Path(tmp) / "model-f32.gguf"
-            run_converter(a.llama_cpp, hf, f32, CASES[case][3])
+            run_converter(a.llama_cpp, hf, f32, CASES[case].pre)
             gguf_weights_cache["f32"] = gguf_weights(f32)
             rng = np.random.default_rng(SEED)
             ids = [int(cfg["bos_token_id"])] + [int(x) for x in rng.integers(0, cfg["vocab_size"] - 8, IDS_LEN - 1)]

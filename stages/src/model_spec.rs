@@ -9,6 +9,7 @@ use onebit_runtime::pack::TensorEntry;
 use onebit_runtime::spec::{self, Act, LayerSpec, ModelSpec, RopeTable};
 
 use crate::error::{Error, Result};
+use crate::layout::geometry::ffn_pad_of;
 use crate::layout::{Layout, TensorLayout};
 use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Activation, Family, LayerKind, QkNorm, Semantics};
@@ -133,13 +134,23 @@ pub fn model_spec(
         "norm_add_one=false <- semantics norm_form {:?} (the pack's norm weights are used as stored)",
         sem.norm_form
     ));
+    // The family's FFN padding (q4nx-format §4): the pack's gate/up rows and down columns are the
+    // padded width, the padding zero, so the forward pass runs at that width with the same result.
+    let pad = ffn_pad_of(&sem.model_type);
+    let ffn = sem.intermediate.div_ceil(pad) * pad;
+    if ffn != sem.intermediate {
+        dec.push(format!(
+            "ffn={ffn} <- semantics intermediate {} padded to a multiple of {pad} (model_type {}, q4nx-format §4; the padding is zero)",
+            sem.intermediate, sem.model_type
+        ));
+    }
     let spec = ModelSpec {
         family: sem.model_type.clone(),
         hidden: sem.hidden as usize,
         heads: sem.heads as usize,
         kv_heads: sem.kv_heads as usize,
         head_dim: sem.head_dim as usize,
-        ffn: sem.intermediate as usize,
+        ffn: ffn as usize,
         vocab: sem.vocab as usize,
         eps: sem.eps as f32,
         norm_add_one: false,

@@ -211,15 +211,12 @@ impl Geometry {
             }
             None => false,
         };
-        let ffn_pad = match model_type.as_str() {
-            "qwen2" | "qwen2_vl" | "nanbeige" => {
-                decisions.push(format!(
-                    "ffn_pad=512 <- model_type {model_type} (q4nx-format §4)"
-                ));
-                512
-            }
-            _ => 1,
-        };
+        let ffn_pad = ffn_pad_of(&model_type);
+        if ffn_pad > 1 {
+            decisions.push(format!(
+                "ffn_pad={ffn_pad} <- model_type {model_type} (q4nx-format §4)"
+            ));
+        }
         Ok(Geometry {
             model_type,
             hidden,
@@ -253,5 +250,15 @@ impl Geometry {
             Role::Down => (self.hidden, ffn),
             Role::Norm | Role::Other => return None,
         })
+    }
+}
+
+/// The multiple a family pads its FFN width to before tiling (q4nx-format §4: `gate/up_proj` rows
+/// and `down_proj` columns), 1 for none; by config `model_type` or GGUF architecture. The reader
+/// expects it and the converter writes it.
+pub fn ffn_pad_of(model_type: &str) -> u64 {
+    match model_type {
+        "qwen2" | "qwen2_vl" | "nanbeige" => 512,
+        _ => 1,
     }
 }

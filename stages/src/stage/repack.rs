@@ -39,7 +39,9 @@ pub struct RepackStage {
 
 impl RepackStage {
     /// Bumped whenever the pack written for the same input can change.
-    pub const VERSION: u32 = 4;
+    /// v5: the model spec's FFN width is the family's padded width (qwen2: a multiple of 512), as
+    /// the pack's tensors hold it.
+    pub const VERSION: u32 = 5;
 }
 
 impl Stage for RepackStage {

@@ -28,7 +28,8 @@ impl VerifyStage {
     /// v2: "same source" needs codes the tile holds natively (requantized tensors are judged
     /// against the expected correlation of the two quantization noises).
     /// v3: the tied-head fit of a head with signed codes is bounded by the symmetric 4-bit floor
-    /// too (a symmetric head requantized from an asymmetric embedding failed the seed's floor).
+    /// too (a symmetric head requantized from an asymmetric embedding failed the seed's floor);
+    /// FFN-padded tensors (qwen2) are compared on their GGUF's extent, the padding required zero.
     pub const VERSION: u32 = 3;
 }
 

@@ -386,7 +386,8 @@ impl GgufFile {
         Ok(&self.mmap[start..start + n as usize])
     }
 
-    /// Dequantizes rows `r0..r1` of `t` into `out` (`(r1 − r0) × row_len` values).
+    /// Dequantizes rows `r0..r1` of `t` into `out` (`(r1 − r0) × row_len` values; rows past the
+    /// tensor's end are not read, so a range starting past it yields nothing).
     pub fn rows_f32(&self, t: &GgufTensor, r0: u64, r1: u64, out: &mut Vec<f32>) -> Result<()> {
         let data = self.data(t)?;
         let (bs, ts) =
@@ -394,6 +395,7 @@ impl GgufFile {
                 .ok_or_else(|| Error::Internal("sized type without block".into()))?;
         let row_bytes = (t.row_len() / bs * ts) as usize;
         let r1 = r1.min(t.rows());
+        let r0 = r0.min(r1);
         let bytes = &data[r0 as usize * row_bytes..r1 as usize * row_bytes];
         out.resize(((r1 - r0) * t.row_len()) as usize, 0.0);
         super::dequant::dequantize(t.ty, bytes, out).map_err(|ty| Error::Refused {

@@ -1,11 +1,11 @@
-//! Hunyuan dense (Hy-MT2's family) against an independent forward pass: tiny random-weight
-//! `HunYuanDenseV1ForCausalLM` models made by HF transformers, their GGUFs made by llama.cpp's own
-//! converter and requantized to Q4_0 / Q4_1 by gguf-py, and the logits transformers computes from
-//! the weights each GGUF dequantizes to (`scripts/oracle/generate.py`; outputs in
-//! `tests/fixtures/oracle/`). Each GGUF is converted into an NPU2 repository, imported through
-//! every stage (verified against the same GGUF), loaded by the host runtime, and its logits must
-//! meet the oracle's at every position, for batched prefill and for token-by-token decode, with the
-//! converted config.json and with the hub-style one.
+//! Every converted family against an independent forward pass (docs/oracles.md): tiny
+//! random-weight models made by HF transformers, their GGUFs made by llama.cpp's own converter and
+//! requantized to Q4_0 / Q4_1 by gguf-py, and the logits transformers computes from the weights
+//! each GGUF dequantizes to (`scripts/oracle/generate.py`; outputs in `tests/fixtures/oracle/`).
+//! Each GGUF is converted into an NPU2 repository, imported through every stage (verified against
+//! the same GGUF), loaded by the host runtime, and its logits must meet the oracle's at every
+//! position, for batched prefill and for token-by-token decode, with the converted config.json and
+//! with the hub-style one.
 
 use std::path::{Path, PathBuf};
 
@@ -44,7 +44,18 @@ fn load(case: &str, quant: &str, tile: TileChoice, hub_config: bool, tmp: &Path)
         .collect();
     assert!(!tiled.is_empty(), "{case}/{quant}: tiled tensors");
     for t in &tiled {
+        let hunyuan = case.starts_with("hunyuan");
         match (quant, tile) {
+            // Other families' tiny K is off the 256-column grid: quarter tiles, codes copied
+            // (Q4_0 exactly, with m = −8·d).
+            (_, TileChoice::Auto) if !hunyuan => {
+                assert_eq!(t.stored_as, "Q41_1280", "{}", t.name);
+                assert!(
+                    ["Native", "Exact"].contains(&t.method.as_str()),
+                    "{}",
+                    t.name
+                );
+            }
             // Hy-MT2's layout, codes copied.
             ("q4_0", TileChoice::Auto) => {
                 assert_eq!(t.stored_as, "Q40_4608", "{}", t.name);
@@ -223,4 +234,59 @@ fn hunyuan_with_dynamic_alpha_rope_meets_the_transformers_oracle() {
 #[test]
 fn hunyuan_with_plain_rope_meets_the_transformers_oracle() {
     check("hunyuan-plain");
+}
+
+#[test]
+fn qwen3_with_qk_norm_and_a_wide_head_meets_the_transformers_oracle() {
+    check("qwen3");
+}
+
+#[test]
+fn qwen2_with_qkv_biases_meets_the_transformers_oracle() {
+    check("qwen2");
+}
+
+#[test]
+fn llama_with_permuted_qk_rows_meets_the_transformers_oracle() {
+    check("llama");
+}
+
+/// A qwen2 pack whose FFN padding holds a non-zero value is refused, naming the tensor.
+#[test]
+fn a_non_zero_ffn_padding_is_refused_by_name() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let gguf = oracle("qwen2").join("model-q4_0.gguf");
+    let repo = tmp.path().join("repo");
+    onebit_convert::convert(&gguf, &repo, &ConvertOptions::default()).expect("convert");
+    let model = repo.join("model.q4nx");
+    let name = "model.layers.1.mlp.up_proj.weight";
+    let at = {
+        let c = onebit_stages::format::q4nx::Container::open(&model).expect("container");
+        let t = c.tensor(name).expect("tensor");
+        // The last tile: a padding row block (rows 320..512 of 512).
+        c.header().data_start() + t.end - 1280
+    };
+    let mut bytes = std::fs::read(&model).expect("read");
+    bytes[at as usize] = 0x3f; // a bf16 scale's high byte: the pad rows decode non-zero
+    bytes[at as usize + 256] = 0x11;
+    std::fs::write(&model, bytes).expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_onebit-pipe"))
+        .env("ONEBIT_HOME", tmp.path().join("home"))
+        .args(["-q", "run", "--path"])
+        .arg(&repo)
+        .arg("--reference")
+        .arg(&gguf)
+        .output()
+        .expect("run");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!("FAIL {name}"))
+            && said.contains("padding values past the GGUF's 320x128 are not zero"),
+        "{said}"
+    );
 }
