@@ -342,14 +342,22 @@ impl Evaluation {
 
 /// Evaluates `ids` in chunks of `ctx` tokens (see [`Evaluation`]). With `argmax_only` only the
 /// top-1 is taken, as greedy decoding reads it (the model may then rank with the pack's scan
-/// head; see [`Session::read_top`]), and nothing is scored.
-pub fn evaluate(model: &Model, ids: &[u32], ctx: usize, argmax_only: bool) -> Result<Evaluation> {
+/// head; see [`Session::read_top`]), and nothing is scored. With `bos_per_chunk` each chunk's
+/// first token is replaced by BOS (llama.cpp `perplexity`'s rule for a text cut into chunks);
+/// without it the ids are scored exactly as given.
+pub fn evaluate(
+    model: &Model,
+    ids: &[u32],
+    ctx: usize,
+    argmax_only: bool,
+    bos_per_chunk: bool,
+) -> Result<Evaluation> {
     let mut ev = Evaluation::default();
     let mut session = model.session(ctx);
     session.read_top(usize::from(argmax_only));
     for chunk in ids.chunks(ctx).filter(|c| c.len() == ctx) {
         let mut toks = chunk.to_vec();
-        if let Some(b) = model.spec.bos {
+        if let Some(b) = model.spec.bos.filter(|_| bos_per_chunk) {
             toks[0] = b;
         }
         session.truncate(0);

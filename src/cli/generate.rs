@@ -336,7 +336,7 @@ pub struct EvalArgs {
     /// A text file to score (tokenized whole, BOS per chunk).
     #[arg(long, value_name = "FILE", conflicts_with = "ids")]
     pub file: Option<PathBuf>,
-    /// Token ids as a JSON list, scored as one sequence (no BOS replacement when it fits one chunk).
+    /// Token ids as a JSON list, scored as one sequence exactly as given (no BOS replacement).
     #[arg(long, value_name = "JSON")]
     pub ids: Option<String>,
     /// Chunk length in tokens.
@@ -373,7 +373,9 @@ pub fn eval(g: &Global, a: EvalArgs) -> anyhow::Result<ExitCode> {
         (None, None) => anyhow::bail!("give --file FILE or --ids JSON"),
     };
     let t0 = std::time::Instant::now();
-    let ev = onebit_runtime::generate::evaluate(&model, &ids, ctx, a.argmax_only)?;
+    // A text is cut into chunks that each start with BOS (llama.cpp); ids are scored as given.
+    let bos_per_chunk = a.file.is_some();
+    let ev = onebit_runtime::generate::evaluate(&model, &ids, ctx, a.argmax_only, bos_per_chunk)?;
     let secs = t0.elapsed().as_secs_f64();
     // For --ids, the first logits after the sequence, to compare numbers with other runtimes.
     let logits_head: Vec<f32> = if a.ids.is_some() {
