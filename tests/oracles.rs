@@ -158,6 +158,13 @@ fn check(case: &str) {
         .iter()
         .map(|v| v.as_u64().expect("id") as u32)
         .collect();
+    // Where the config scales RoPE, the oracle must tell a reader that ignores the scaling apart.
+    if let Some(effect) = reference["rope_scaling_effect"].as_f64() {
+        assert!(
+            effect as f32 > MAX_DIFF,
+            "{case}: unscaled RoPE moves the oracle's logits by only {effect}"
+        );
+    }
     for quant in ["q4_0", "q4_1"] {
         let want = logits_of(&reference, quant);
         for hub in [false, true] {
@@ -249,6 +256,11 @@ fn qwen2_with_qkv_biases_meets_the_transformers_oracle() {
 #[test]
 fn llama_with_permuted_qk_rows_meets_the_transformers_oracle() {
     check("llama");
+}
+
+#[test]
+fn llama3_with_llama3_rope_scaling_meets_the_transformers_oracle() {
+    check("llama3");
 }
 
 /// A qwen2 pack whose FFN padding holds a non-zero value is refused, naming the tensor.

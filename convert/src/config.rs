@@ -100,13 +100,45 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
             ));
         }
     }
-    if g.tensor("rope_freqs.weight").is_some() {
-        return Err(super::refuse(
-            g.path(),
-            "rope_freqs.weight",
-            "llama3-style frequency factors are stored as a tensor; their scaling parameters \
-             cannot be recovered exactly for config.json",
-        ));
+    if let Some(t) = g.tensor("rope_freqs.weight") {
+        let mut stored = Vec::new();
+        g.rows_f32(t, 0, t.rows(), &mut stored)?;
+        let base = f("rope.freq_base").unwrap_or(10_000.0);
+        match llama3_scaling(&stored, base, d.rope_dim) {
+            Ok(Llama3Fit { params: None, .. }) => {
+                dec.push("rope_scaling=none <- rope_freqs.weight: every factor is 1".into())
+            }
+            Ok(Llama3Fit {
+                params: Some(p),
+                others,
+            }) => {
+                set(
+                    &mut c,
+                    "rope_scaling",
+                    json!({
+                        "rope_type": "llama3",
+                        "factor": p.factor,
+                        "low_freq_factor": p.low,
+                        "high_freq_factor": p.high,
+                        "original_max_position_embeddings": p.original,
+                    }),
+                );
+                dec.push(format!(
+                    "rope_scaling=llama3 factor {} low {} high {} original {} <- rope_freqs.weight: all {} factors reproduced by llama3's formula (within {ULPS} f32 ulps){}",
+                    p.factor,
+                    p.low,
+                    p.high,
+                    p.original,
+                    stored.len(),
+                    if others > 0 {
+                        format!("; {others} other parameter sets give the same factors at this head size, the first in llama3's defaults order is written")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            Err(why) => return Err(super::refuse(g.path(), "rope_freqs.weight", why)),
+        }
     }
     match a.as_str() {
         "llama" => {
@@ -274,5 +306,206 @@ mod tests {
         assert_eq!(hunyuan_alpha(HUNYUAN_THETA, 128), None);
         // A base no short α reproduces is written as the folded base.
         assert_eq!(hunyuan_alpha(12_345_678.9, 128), None);
+    }
+}
+
+/// Llama 3's RoPE scaling parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Llama3 {
+    factor: f64,
+    low: f64,
+    high: f64,
+    original: f64,
+}
+
+/// The parameters that reproduce a `rope_freqs.weight` (`None`: every factor is 1), and how many
+/// other candidates reproduce it too.
+struct Llama3Fit {
+    params: Option<Llama3>,
+    others: usize,
+}
+
+/// A factor agrees with the stored one within this many f32 ulps (llama.cpp computes them with
+/// torch in f32; the formula here runs in f64).
+const ULPS: f32 = 4.0;
+
+/// The factors llama.cpp's converter writes for `p` (convert_hf_to_gguf.py, LlamaModel
+/// `generate_extra_tensors`): 1 above the high-frequency wavelength bound, `factor` below the
+/// low-frequency one, and the smooth blend between.
+fn llama3_factors(p: &Llama3, base: f64, dim: u64) -> Vec<f64> {
+    (0..dim / 2)
+        .map(|i| {
+            let freq = 1.0 / base.powf((2 * i) as f64 / dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            if wavelen < p.original / p.high {
+                1.0
+            } else if wavelen > p.original / p.low {
+                p.factor
+            } else {
+                let smooth = (p.original / wavelen - p.low) / (p.high - p.low);
+                1.0 / ((1.0 - smooth) / p.factor + smooth)
+            }
+        })
+        .collect()
+}
+
+/// The first index where `want` and `stored` differ by more than [`ULPS`], with both values.
+fn first_mismatch(want: &[f64], stored: &[f32]) -> Option<(usize, f32, f64)> {
+    want.iter()
+        .zip(stored)
+        .enumerate()
+        .find_map(|(i, (&w, &s))| {
+            let tol = ULPS * (s.abs().max(f32::MIN_POSITIVE) * f32::EPSILON);
+            ((w as f32 - s).abs() > tol).then_some((i, s, w))
+        })
+}
+
+/// Recovers (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings) from
+/// the stored factors: `factor` is the largest factor, and the others are searched over the values
+/// real configs use (Llama 3.x: 1, 4, 8192), accepting only a set that reproduces every factor.
+/// Refuses naming the first factor the closest candidate misses.
+fn llama3_scaling(stored: &[f32], base: f64, dim: u64) -> Result<Llama3Fit, String> {
+    if stored.len() as u64 != dim / 2 {
+        return Err(format!(
+            "{} factors for a rotary dimension of {dim} ({} expected)",
+            stored.len(),
+            dim / 2
+        ));
+    }
+    if stored.iter().all(|&f| f == 1.0) {
+        return Ok(Llama3Fit {
+            params: None,
+            others: 0,
+        });
+    }
+    let max = stored.iter().copied().fold(f32::MIN, f32::max);
+    // The shortest decimal that is this f32.
+    let factor = [1.0, 10.0, 100.0, 1000.0]
+        .into_iter()
+        .map(|s| (max as f64 * s).round() / s)
+        .find(|v| *v as f32 == max)
+        .unwrap_or(max as f64);
+    let lows = [1.0, 0.5, 2.0, 0.25, 4.0];
+    let highs = [4.0, 2.0, 8.0, 3.0, 1.5, 16.0, 32.0];
+    let originals: Vec<f64> = std::iter::once(8192.0)
+        .chain((4..=21).map(|e| f64::from(1u32 << e)))
+        .collect();
+    let mut found: Vec<Llama3> = Vec::new();
+    let mut closest: Option<(usize, Llama3, (usize, f32, f64))> = None;
+    for &low in &lows {
+        for &high in highs.iter().filter(|&&h| h > low) {
+            for &original in &originals {
+                let p = Llama3 {
+                    factor,
+                    low,
+                    high,
+                    original,
+                };
+                match first_mismatch(&llama3_factors(&p, base, dim), stored) {
+                    None => found.push(p),
+                    Some(m) => {
+                        if closest.as_ref().is_none_or(|(at, ..)| m.0 > *at) {
+                            closest = Some((m.0, p, m));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    match found.first() {
+        Some(&p) => Ok(Llama3Fit {
+            params: Some(p),
+            others: found.len() - 1,
+        }),
+        None => {
+            let (_, p, (i, s, w)) = closest.ok_or("no llama3 candidate")?;
+            Err(format!(
+                "no llama3 scaling reproduces the stored frequency factors: rope_freqs.weight[{i}] is {s}, \
+                 but the closest candidate (factor {}, low {}, high {}, original {}) gives {w}",
+                p.factor, p.low, p.high, p.original
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod llama3_tests {
+    use super::*;
+
+    #[test]
+    fn llama3_parameters_come_back_from_their_factors() {
+        // Llama 3.1/3.2 (θ 500000, D 128, factor 8 or 32) and a small original that scales
+        // frequencies a short sequence turns through.
+        for (p, base, dim) in [
+            (
+                Llama3 {
+                    factor: 8.0,
+                    low: 1.0,
+                    high: 4.0,
+                    original: 8192.0,
+                },
+                500_000.0,
+                128,
+            ),
+            (
+                Llama3 {
+                    factor: 32.0,
+                    low: 1.0,
+                    high: 4.0,
+                    original: 8192.0,
+                },
+                500_000.0,
+                64,
+            ),
+            (
+                Llama3 {
+                    factor: 8.0,
+                    low: 1.0,
+                    high: 4.0,
+                    original: 64.0,
+                },
+                10_000.0,
+                32,
+            ),
+        ] {
+            let stored: Vec<f32> = llama3_factors(&p, base, dim)
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            let fit = llama3_scaling(&stored, base, dim).expect("fit");
+            let got = fit.params.expect("scaled");
+            assert_eq!(llama3_factors(&got, base, dim).len(), stored.len());
+            assert!(first_mismatch(&llama3_factors(&got, base, dim), &stored).is_none());
+            assert_eq!(got.factor, p.factor);
+        }
+    }
+
+    #[test]
+    fn factors_no_llama3_set_reproduces_are_refused_naming_the_first_mismatch() {
+        let p = Llama3 {
+            factor: 8.0,
+            low: 1.0,
+            high: 4.0,
+            original: 8192.0,
+        };
+        let mut stored: Vec<f32> = llama3_factors(&p, 500_000.0, 128)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let i = stored
+            .iter()
+            .position(|&f| f > 1.0 && f < 8.0)
+            .expect("a smoothed factor");
+        stored[i] *= 1.01;
+        let err = llama3_scaling(&stored, 500_000.0, 128)
+            .err()
+            .expect("refused");
+        assert!(err.contains(&format!("rope_freqs.weight[{i}]")), "{err}");
+        assert!(
+            llama3_scaling(&vec![1.0; 64], 500_000.0, 128)
+                .expect("fit")
+                .params
+                .is_none()
+        );
     }
 }

@@ -256,6 +256,36 @@ CASES = {
         template=CHATML_TEMPLATE,
         arch="QWEN2",
     ),
+    # Llama 3.2-1B's shape with llama3 RoPE scaling, original_max_position_embeddings small enough
+    # (64) that the scaled and smoothed frequencies turn within the 24 ids; llama.cpp's converter
+    # stores the per-frequency factors as rope_freqs.weight.
+    "llama3": Case(
+        config=small(
+            architectures=["LlamaForCausalLM"],
+            model_type="llama",
+            head_dim=32,
+            num_key_value_heads=1,
+            attention_bias=False,
+            mlp_bias=False,
+            rope_theta=10000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+            max_position_embeddings=131072,
+        ),
+        specials=LLAMA3_SPECIALS,
+        bos=LLAMA3_SPECIALS[0],
+        eos=LLAMA3_SPECIALS[2],
+        pad=LLAMA3_SPECIALS[1],
+        regexes=LLAMA_BPE_REGEXES,
+        pre="llama-bpe",
+        template=LLAMA3_TEMPLATE,
+        arch="LLAMA",
+    ),
     # Llama 3.2-1B's shape without RoPE scaling (llama.cpp's converter permutes q/k rows).
     "llama": Case(
         config=small(
@@ -485,6 +515,17 @@ def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -
             p.copy_(torch.from_numpy(q.copy()))
         out = model(torch.tensor([ids]), use_cache=False).logits[0]
         logits = [[round(float(x), 6) for x in row] for row in out]
+        # How much the RoPE scaling moves these logits (the oracle must exercise it).
+        params = dict(getattr(config, "rope_parameters", None) or {})
+        if params.get("rope_type", "default") not in ("default", None):
+            plain = AutoConfig.from_pretrained(hf)
+            plain._attn_implementation = "eager"
+            plain.rope_parameters = {"rope_type": "default", "rope_theta": params.get("rope_theta", 10000.0)}
+            unscaled = AutoModelForCausalLM.from_config(plain, torch_dtype=torch.float32)
+            unscaled.load_state_dict(model.state_dict())
+            unscaled.eval()
+            other = unscaled(torch.tensor([ids]), use_cache=False).logits[0]
+            SCALING_EFFECT[id(model)] = round(float((other - out).abs().max()), 6)
     return logits, model
 
 
@@ -517,6 +558,9 @@ def greedy(hf: Path, model, sentence: str) -> dict:
 
 ARCH_OF = {c.config["model_type"]: c.arch for c in CASES.values()}
 
+# Max |logits(scaled RoPE) − logits(the same weights, unscaled RoPE)| per reference model.
+SCALING_EFFECT: dict[int, float] = {}
+
 gguf_weights_cache: dict[str, dict[str, np.ndarray]] = {}
 
 
@@ -548,6 +592,9 @@ def main() -> None:
                 dest = out / f"model-{qname}.gguf"
                 requantize(f32, dest, qtype)
                 ref["logits"][qname], models[qname] = reference_logits(hf, gguf_weights(dest), ids)
+            effect = [SCALING_EFFECT[id(m)] for m in models.values() if id(m) in SCALING_EFFECT]
+            if effect:
+                ref["rope_scaling_effect"] = min(effect)
             # The first sentence whose greedy steps are clear on the Q4_0 model (the one served
             # end to end); the others' continuations of the same request are recorded beside it.
             for sentence in SENTENCES:
