@@ -131,6 +131,16 @@ fn compare(ours: &[f32], oracle: &[Vec<f32>]) -> (f32, Vec<usize>) {
     (max, wrong)
 }
 
+/// The oracle's fixed ids.
+fn ids_of(reference: &Value) -> Vec<u32> {
+    reference["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_u64().expect("id") as u32)
+        .collect()
+}
+
 /// The oracle's logits for `quant`, one row per position.
 fn logits_of(reference: &Value, quant: &str) -> Vec<Vec<f32>> {
     reference["logits"][quant]
@@ -152,12 +162,7 @@ fn check(case: &str) {
         &std::fs::read(oracle(case).join("reference.json")).expect("reference.json"),
     )
     .expect("json");
-    let ids: Vec<u32> = reference["ids"]
-        .as_array()
-        .expect("ids")
-        .iter()
-        .map(|v| v.as_u64().expect("id") as u32)
-        .collect();
+    let ids = ids_of(&reference);
     // Where the config scales RoPE, the oracle must tell a reader that ignores the scaling apart.
     if let Some(effect) = reference["rope_scaling_effect"].as_f64() {
         assert!(
@@ -216,12 +221,7 @@ fn a_q4_1_source_forced_into_q40_4608_tiles_verifies() {
         &std::fs::read(oracle("hunyuan-alpha").join("reference.json")).expect("reference.json"),
     )
     .expect("json");
-    let ids: Vec<u32> = reference["ids"]
-        .as_array()
-        .expect("ids")
-        .iter()
-        .map(|v| v.as_u64().expect("id") as u32)
-        .collect();
+    let ids = ids_of(&reference);
     let mut s = model.session(ids.len());
     let logits = model.forward(&mut s, &ids, true).expect("prefill");
     assert!(logits.iter().all(|x| x.is_finite()));

@@ -205,6 +205,33 @@ def hunyuan_case(alpha: float | None) -> Case:
     return c
 
 
+def llama_case(theta: float, scaling: dict | None) -> Case:
+    """Llama 3.2-1B's shape (GQA 4:1, tied), with `scaling` as its `rope_scaling` when given."""
+    rope = {"rope_theta": theta}
+    if scaling is not None:
+        rope["rope_scaling"] = scaling
+    return Case(
+        config=small(
+            architectures=["LlamaForCausalLM"],
+            model_type="llama",
+            head_dim=32,
+            num_key_value_heads=1,
+            attention_bias=False,
+            mlp_bias=False,
+            **rope,
+            max_position_embeddings=131072,
+        ),
+        specials=LLAMA3_SPECIALS,
+        bos=LLAMA3_SPECIALS[0],
+        eos=LLAMA3_SPECIALS[2],
+        pad=LLAMA3_SPECIALS[1],
+        regexes=LLAMA_BPE_REGEXES,
+        pre="llama-bpe",
+        template=LLAMA3_TEMPLATE,
+        arch="LLAMA",
+    )
+
+
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
 
@@ -259,54 +286,18 @@ CASES = {
     # Llama 3.2-1B's shape with llama3 RoPE scaling, original_max_position_embeddings small enough
     # (64) that the scaled and smoothed frequencies turn within the 24 ids; llama.cpp's converter
     # stores the per-frequency factors as rope_freqs.weight.
-    "llama3": Case(
-        config=small(
-            architectures=["LlamaForCausalLM"],
-            model_type="llama",
-            head_dim=32,
-            num_key_value_heads=1,
-            attention_bias=False,
-            mlp_bias=False,
-            rope_theta=10000.0,
-            rope_scaling={
-                "rope_type": "llama3",
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 64,
-            },
-            max_position_embeddings=131072,
-        ),
-        specials=LLAMA3_SPECIALS,
-        bos=LLAMA3_SPECIALS[0],
-        eos=LLAMA3_SPECIALS[2],
-        pad=LLAMA3_SPECIALS[1],
-        regexes=LLAMA_BPE_REGEXES,
-        pre="llama-bpe",
-        template=LLAMA3_TEMPLATE,
-        arch="LLAMA",
+    "llama3": llama_case(
+        10000.0,
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
     ),
     # Llama 3.2-1B's shape without RoPE scaling (llama.cpp's converter permutes q/k rows).
-    "llama": Case(
-        config=small(
-            architectures=["LlamaForCausalLM"],
-            model_type="llama",
-            head_dim=32,
-            num_key_value_heads=1,
-            attention_bias=False,
-            mlp_bias=False,
-            rope_theta=500000.0,
-            max_position_embeddings=131072,
-        ),
-        specials=LLAMA3_SPECIALS,
-        bos=LLAMA3_SPECIALS[0],
-        eos=LLAMA3_SPECIALS[2],
-        pad=LLAMA3_SPECIALS[1],
-        regexes=LLAMA_BPE_REGEXES,
-        pre="llama-bpe",
-        template=LLAMA3_TEMPLATE,
-        arch="LLAMA",
-    ),
+    "llama": llama_case(500000.0, None),
 }
 
 
@@ -476,7 +467,7 @@ def gguf_weights(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -> tuple[list[list[float]], object]:
+def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -> tuple[list[list[float]], object, float | None]:
     """transformers in fp32 with every weight replaced by the GGUF's dequantized tensor of the same
     shape and rows (llama.cpp may permute q/k rows; each row is matched by its f32 twin)."""
     import gguf
@@ -516,6 +507,7 @@ def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -
         out = model(torch.tensor([ids]), use_cache=False).logits[0]
         logits = [[round(float(x), 6) for x in row] for row in out]
         # How much the RoPE scaling moves these logits (the oracle must exercise it).
+        effect = None
         params = dict(getattr(config, "rope_parameters", None) or {})
         if params.get("rope_type", "default") not in ("default", None):
             plain = AutoConfig.from_pretrained(hf)
@@ -525,8 +517,8 @@ def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -
             unscaled.load_state_dict(model.state_dict())
             unscaled.eval()
             other = unscaled(torch.tensor([ids]), use_cache=False).logits[0]
-            SCALING_EFFECT[id(model)] = round(float((other - out).abs().max()), 6)
-    return logits, model
+            effect = round(float((other - out).abs().max()), 6)
+    return logits, model, effect
 
 
 def greedy(hf: Path, model, sentence: str) -> dict:
@@ -558,9 +550,6 @@ def greedy(hf: Path, model, sentence: str) -> dict:
 
 ARCH_OF = {c.config["model_type"]: c.arch for c in CASES.values()}
 
-# Max |logits(scaled RoPE) − logits(the same weights, unscaled RoPE)| per reference model.
-SCALING_EFFECT: dict[int, float] = {}
-
 gguf_weights_cache: dict[str, dict[str, np.ndarray]] = {}
 
 
@@ -586,15 +575,17 @@ def main() -> None:
             rng = np.random.default_rng(SEED)
             ids = [int(cfg["bos_token_id"])] + [int(x) for x in rng.integers(0, cfg["vocab_size"] - 8, IDS_LEN - 1)]
             ref = {"ids": ids, "logits": {}, "greedy": {}}
-            models = {}
-            ref["logits"]["f32"], models["f32"] = reference_logits(hf, gguf_weights_cache["f32"], ids)
+            models, effects = {}, []
+            ref["logits"]["f32"], models["f32"], e = reference_logits(hf, gguf_weights_cache["f32"], ids)
+            effects.append(e)
             for qname, qtype in [("q4_0", gguf.GGMLQuantizationType.Q4_0), ("q4_1", gguf.GGMLQuantizationType.Q4_1)]:
                 dest = out / f"model-{qname}.gguf"
                 requantize(f32, dest, qtype)
-                ref["logits"][qname], models[qname] = reference_logits(hf, gguf_weights(dest), ids)
-            effect = [SCALING_EFFECT[id(m)] for m in models.values() if id(m) in SCALING_EFFECT]
-            if effect:
-                ref["rope_scaling_effect"] = min(effect)
+                ref["logits"][qname], models[qname], e = reference_logits(hf, gguf_weights(dest), ids)
+                effects.append(e)
+            if any(e is not None for e in effects):
+                # Max |logits(scaled RoPE) − logits(same weights, unscaled RoPE)|, least over quants.
+                ref["rope_scaling_effect"] = min(e for e in effects if e is not None)
             # The first sentence whose greedy steps are clear on the Q4_0 model (the one served
             # end to end); the others' continuations of the same request are recorded beside it.
             for sentence in SENTENCES:
