@@ -302,3 +302,46 @@ fn a_non_zero_ffn_padding_is_refused_by_name() {
         "{said}"
     );
 }
+
+/// `convert --config`: the model's own config.json wins over what the GGUF implies, every
+/// difference is a decision, and a config of another model is refused naming the key.
+#[test]
+fn a_users_config_wins_and_its_differences_are_decisions() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let gguf = oracle("llama3").join("model-q4_0.gguf");
+    let hub = oracle("llama3").join("hf/config.json");
+    let opts = ConvertOptions {
+        config: Some(hub.clone()),
+        ..ConvertOptions::default()
+    };
+    let repo = tmp.path().join("repo");
+    let report = onebit_convert::convert(&gguf, &repo, &opts).expect("convert");
+    let user: Value = serde_json::from_slice(&std::fs::read(&hub).expect("hub")).expect("json");
+    let written: Value =
+        serde_json::from_slice(&std::fs::read(repo.join("config.json")).expect("config"))
+            .expect("json");
+    for (k, v) in user.as_object().expect("object") {
+        assert_eq!(&written[k], v, "{k}: the user's value is written");
+    }
+    // The hub config says float32 where the GGUF conversion implies bfloat16: recorded.
+    assert!(
+        report
+            .decisions
+            .iter()
+            .any(|d| d.starts_with("torch_dtype=\"float32\" <- --config")),
+        "{:?}",
+        report.decisions
+    );
+    let mut other = user.clone();
+    other["hidden_size"] = serde_json::json!(256);
+    let wrong = tmp.path().join("other.json");
+    std::fs::write(&wrong, other.to_string()).expect("write");
+    let opts = ConvertOptions {
+        config: Some(wrong),
+        ..ConvertOptions::default()
+    };
+    let err = onebit_convert::convert(&gguf, &tmp.path().join("repo2"), &opts)
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("hidden_size"), "{err}");
+}

@@ -44,6 +44,7 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         calibrate_tokens: 0,
         tile_for: Vec::new(),
         gptq: false,
+        config: opts.config.clone(),
     };
     super::convert(gguf, &repo, &eight)?;
     // A runtime pack over the 8-bit repository: semantics from its config, tile kinds known.

@@ -264,6 +264,81 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
     })
 }
 
+/// Keys whose values must agree between a user's config and the GGUF: they fix the tensors' shapes.
+const SHAPE_KEYS: [&str; 6] = [
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "vocab_size",
+];
+
+/// `config.json` from the model's own config (`path`) over the one the GGUF implies (`derived`):
+/// every key of the user's config wins, each value that differs from the derived one is recorded
+/// as a decision, derived keys the user's config lacks are kept (and said). A config whose shape
+/// keys contradict the GGUF is refused naming the key and both values.
+pub fn with_user_config(
+    derived: ConfigOut,
+    path: &std::path::Path,
+    g: &GgufFile,
+) -> Result<ConfigOut> {
+    let user: Value = std::fs::read(path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|e| onebit_stages::Error::Config {
+            file: path.to_path_buf(),
+            reason: format!("--config: {e}"),
+        })?;
+    let (Some(user), Some(ours)) = (user.as_object(), derived.json.as_object()) else {
+        return Err(onebit_stages::Error::Config {
+            file: path.to_path_buf(),
+            reason: "--config: not a JSON object".into(),
+        });
+    };
+    // A text_config (multimodal wrappers) holds the text model's keys.
+    let text = user.get("text_config").and_then(Value::as_object);
+    let get = |k: &str| user.get(k).or_else(|| text.and_then(|t| t.get(k)));
+    for k in SHAPE_KEYS {
+        if let (Some(u), Some(o)) = (get(k), ours.get(k))
+            && u.as_f64() != o.as_f64()
+        {
+            return Err(super::refuse(
+                g.path(),
+                k,
+                format!(
+                    "--config {} says {k} = {u}, the GGUF {o}: it is the config of another model",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    let mut decisions = derived.decisions;
+    let mut out = user.clone();
+    for (k, o) in ours {
+        match get(k) {
+            Some(u) if u == o => {}
+            Some(u) => decisions.push(format!(
+                "{k}={u} <- --config {} (the GGUF implies {o})",
+                path.display()
+            )),
+            None => {
+                if !o.is_null() {
+                    decisions.push(format!(
+                        "{k}={o} <- the GGUF (absent from --config {})",
+                        path.display()
+                    ));
+                }
+                out.insert(k.clone(), o.clone());
+            }
+        }
+    }
+    Ok(ConfigOut {
+        json: Value::Object(out),
+        decisions,
+    })
+}
+
 /// The declared RoPE base of every Hunyuan dense model (llama.cpp's converter asserts it before
 /// folding α in).
 const HUNYUAN_THETA: f64 = 10_000.0;

@@ -79,6 +79,9 @@ pub struct ConvertOptions {
     /// Requantize unsigned 4-bit tensors with GPTQ on the calibration inputs' second moments
     /// (needs `calibrate`).
     pub gptq: bool,
+    /// The model's real `config.json`: it wins over what the GGUF implies, each difference
+    /// recorded as a decision; a config whose dimensions contradict the GGUF is refused.
+    pub config: Option<PathBuf>,
 }
 
 /// What happened to one tensor.
@@ -456,7 +459,10 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
         .tempdir_in(&parent)
         .at("create staging folder in", &parent)?;
 
-    let cfg = config::config_json(&g, &dims)?;
+    let mut cfg = config::config_json(&g, &dims)?;
+    if let Some(path) = &opts.config {
+        cfg = config::with_user_config(cfg, path, &g)?;
+    }
     decisions.extend(cfg.decisions.iter().cloned());
     write_json(&staging.path().join("config.json"), &cfg.json)?;
     let tok = tokenizer::tokenizer_files(&g, &arch)?;

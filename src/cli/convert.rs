@@ -40,6 +40,10 @@ pub struct ConvertArgs {
     /// columns after it through the calibration inputs' second moments (needs --calibrate).
     #[arg(long)]
     pub gptq: bool,
+    /// The model's real config.json: it wins over what the GGUF implies (each difference is
+    /// recorded as a decision); a config whose dimensions contradict the GGUF is refused.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 fn parse_tile_for(s: &str) -> Result<(String, TileChoice), String> {
@@ -66,6 +70,7 @@ pub fn exec(g: &Global, a: ConvertArgs) -> anyhow::Result<ExitCode> {
         calibrate_tokens: a.calibrate_tokens,
         tile_for: a.tile_for,
         gptq: a.gptq,
+        config: a.config,
     };
     let t0 = std::time::Instant::now();
     let report = match onebit_convert::convert(&a.gguf, &a.out, &opts) {
