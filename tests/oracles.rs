@@ -340,8 +340,7 @@ fn a_users_config_wins_and_its_differences_are_decisions() {
         config: Some(wrong),
         ..ConvertOptions::default()
     };
-    let err = onebit_convert::convert(&gguf, &tmp.path().join("repo2"), &opts)
-        .err()
-        .expect("refused");
+    let err =
+        onebit_convert::convert(&gguf, &tmp.path().join("repo2"), &opts).expect_err("refused");
     assert!(err.to_string().contains("hidden_size"), "{err}");
 }

@@ -572,9 +572,7 @@ mod llama3_tests {
             .position(|&f| f > 1.0 && f < 8.0)
             .expect("a smoothed factor");
         stored[i] *= 1.01;
-        let err = llama3_scaling(&stored, 500_000.0, 128)
-            .err()
-            .expect("refused");
+        let err = llama3_scaling(&stored, 500_000.0, 128).expect_err("refused");
         assert!(err.contains(&format!("rope_freqs.weight[{i}]")), "{err}");
         assert!(
             llama3_scaling(&vec![1.0; 64], 500_000.0, 128)
