@@ -395,6 +395,7 @@ struct Llama3 {
 
 /// The parameters that reproduce a `rope_freqs.weight` (`None`: every factor is 1), and how many
 /// other candidates reproduce it too.
+#[derive(Debug)]
 struct Llama3Fit {
     params: Option<Llama3>,
     others: usize,
