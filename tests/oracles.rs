@@ -15,9 +15,13 @@ use onebit_runtime::{Model, Pack};
 use onebit_stages::{ImportSource, import_graph};
 use serde_json::Value;
 
-/// The largest |ours − oracle| accepted at any position (int8 activations and bf16 scales cost
-/// about 0.02 on these logit scales).
+/// The largest |ours − oracle| accepted at any position where int8 activations cost at most
+/// 0.04 on the oracle's logits (every oracle but Gemma 3's Q4_1, whose six sandwich-normed layers
+/// accumulate 0.067: there the bound is [`INT8_SLACK`] × that cost).
 const MAX_DIFF: f32 = 0.05;
+/// How far past the int8-activation cost the oracle measured (`int8_activation_cost`: the same
+/// transformers model with int8 inputs to every linear layer) ours may be.
+const INT8_SLACK: f32 = 1.25;
 /// The oracle's top-2 margin above which our argmax must equal its argmax.
 const MARGIN: f32 = 0.05;
 
@@ -172,6 +176,10 @@ fn check(case: &str) {
     }
     for quant in ["q4_0", "q4_1"] {
         let want = logits_of(&reference, quant);
+        let int8 = reference["int8_activation_cost"][quant]
+            .as_f64()
+            .expect("int8_activation_cost") as f32;
+        let bound = MAX_DIFF.max(INT8_SLACK * int8);
         for hub in [false, true] {
             let tmp = tempfile::tempdir().expect("tmp");
             let model = load(case, quant, TileChoice::Auto, hub, tmp.path());
@@ -188,13 +196,13 @@ fn check(case: &str) {
             }
             let (max_d, wrong_d) = compare(&decode, &want);
             eprintln!(
-                "{case} {quant} {config}: prefill max |diff| {max_p:.4}, decode {max_d:.4}, argmax mismatches {} / {}",
+                "{case} {quant} {config}: prefill max |diff| {max_p:.4}, decode {max_d:.4} (int8 activations alone: {int8:.4}), argmax mismatches {} / {}",
                 wrong_p.len(),
                 wrong_d.len()
             );
             assert!(
-                max_p <= MAX_DIFF && max_d <= MAX_DIFF,
-                "{case} {quant} {config}: max |diff| prefill {max_p}, decode {max_d} > {MAX_DIFF}"
+                max_p <= bound && max_d <= bound,
+                "{case} {quant} {config}: max |diff| prefill {max_p}, decode {max_d} > {bound}"
             );
             assert!(
                 wrong_p.is_empty() && wrong_d.is_empty(),
@@ -256,6 +264,11 @@ fn qwen2_with_qkv_biases_meets_the_transformers_oracle() {
 #[test]
 fn llama_with_permuted_qk_rows_meets_the_transformers_oracle() {
     check("llama");
+}
+
+#[test]
+fn gemma3_with_a_window_shorter_than_the_ids_meets_the_transformers_oracle() {
+    check("gemma3");
 }
 
 #[test]

@@ -144,6 +144,14 @@ LLAMA3_TEMPLATE = (
 )
 
 
+# Gemma's chat template (as Google ships it for Gemma 3, text content).
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{%- for message in messages -%}{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\\n' }}{{- message['content'] | trim }}{{- '<end_of_turn>\\n' }}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"
+)
+
+
 def small(**kw) -> dict:
     """The tiny geometry every case shares (GQA, head_dim ≠ hidden/heads where the family allows)."""
     base = {
@@ -178,6 +186,10 @@ class Case:
     template: str
     arch: str
     id_keys: Callable[[dict[str, int]], dict] = field(default=lambda ids: {})
+    # A SentencePiece vocabulary (tokenizer.model) instead of byte-level BPE.
+    spm: bool = False
+    # What llama.cpp adds to every `*norm.weight` it writes (Gemma stores 1 + w).
+    norm_shift: float = 0.0
 
 
 def hunyuan_ids(c: "Case"):
@@ -283,6 +295,40 @@ CASES = {
         template=CHATML_TEMPLATE,
         arch="QWEN2",
     ),
+    # Gemma 3 270M's shape: six layers (five sliding, window 8 < the 24 ids, the sixth full), q/k
+    # norm before RoPE, local base 10^4 and global 10^6, GELU (tanh), √hidden embedding scale,
+    # norms stored as 1 + w, a SentencePiece vocabulary.
+    "gemma3": Case(
+        config=small(
+            architectures=["Gemma3ForCausalLM"],
+            model_type="gemma3_text",
+            num_hidden_layers=6,
+            # Six layers with sandwich norms accumulate more int8-activation noise per unit of
+            # logit than two: a smaller scale keeps that noise (0.03) under the 0.05 bound.
+            initializer_range=0.035,
+            num_key_value_heads=1,
+            head_dim=32,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=32,
+            sliding_window=8,
+            sliding_window_pattern=6,
+            rope_theta=1000000.0,
+            rope_local_base_freq=10000.0,
+            final_logit_softcapping=None,
+            attn_logit_softcapping=None,
+            max_position_embeddings=32768,
+        ),
+        specials=["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"],
+        bos="<bos>",
+        eos="<eos>",
+        pad="<pad>",
+        regexes=[],
+        pre="default",
+        template=GEMMA_TEMPLATE,
+        arch="GEMMA3",
+        spm=True,
+        norm_shift=1.0,
+    ),
     # Llama 3.2-1B's shape with llama3 RoPE scaling, original_max_position_embeddings small enough
     # (64) that the scaled and smoothed frequencies turn within the 24 ids; llama.cpp's converter
     # stores the per-frequency factors as rope_freqs.weight.
@@ -321,6 +367,40 @@ def toy_tokenizer(text: str, specials: list[str], regexes: list[str], vocab: int
     return tok
 
 
+def toy_sentencepiece(text: str, specials: list[str], vocab: int, hf: Path) -> tuple[int, dict[str, int]]:
+    """A SentencePiece BPE model (byte fallback) trained on `text`, Gemma's ids: pad 0, eos 1,
+    bos 2, unk 3, then the family's other special tokens as user-defined pieces."""
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(text.splitlines()),
+        model_writer=model,
+        vocab_size=vocab,
+        model_type="bpe",
+        byte_fallback=True,
+        character_coverage=1.0,
+        pad_id=0,
+        eos_id=1,
+        bos_id=2,
+        unk_id=3,
+        pad_piece="<pad>",
+        eos_piece="<eos>",
+        bos_piece="<bos>",
+        unk_piece="<unk>",
+        user_defined_symbols=[s for s in specials if s not in ("<pad>", "<eos>", "<bos>", "<unk>")],
+        add_dummy_prefix=False,
+        remove_extra_whitespaces=False,
+        split_digits=True,
+        minloglevel=2,
+    )
+    (hf / "tokenizer.model").write_bytes(model.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    return sp.get_piece_size(), {s: sp.piece_to_id(s) for s in specials}
+
+
 def write_hf(case: str, out: Path, text: str) -> tuple[dict, Path]:
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -330,9 +410,12 @@ def write_hf(case: str, out: Path, text: str) -> tuple[dict, Path]:
     if hf.exists():
         shutil.rmtree(hf)
     hf.mkdir(parents=True)
-    tok = toy_tokenizer(text, specials, regexes, 384)
-    vocab = tok.get_vocab_size()
-    ids = {s: tok.token_to_id(s) for s in specials}
+    if c.spm:
+        vocab, ids = toy_sentencepiece(text, specials, 384, hf)
+    else:
+        tok = toy_tokenizer(text, specials, regexes, 384)
+        vocab = tok.get_vocab_size()
+        ids = {s: tok.token_to_id(s) for s in specials}
     cfg = dict(cfg)
     cfg.update(vocab_size=vocab)
     extra = c.id_keys(ids)
@@ -344,11 +427,12 @@ def write_hf(case: str, out: Path, text: str) -> tuple[dict, Path]:
         eos_token_id=ids[c.eos],
         pad_token_id=ids[c.pad],
     )
-    tok.save(str(hf / "tokenizer.json"))
+    if not c.spm:
+        tok.save(str(hf / "tokenizer.json"))
     (hf / "tokenizer_config.json").write_text(
         json.dumps(
             {
-                "tokenizer_class": "PreTrainedTokenizerFast",
+                "tokenizer_class": "GemmaTokenizer" if c.spm else "PreTrainedTokenizerFast",
                 "bos_token": c.bos,
                 "eos_token": c.eos,
                 "pad_token": c.pad,
@@ -379,7 +463,9 @@ def write_hf(case: str, out: Path, text: str) -> tuple[dict, Path]:
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:
-                p.copy_(torch.empty_like(p).uniform_(0.5, 1.5))
+                # The gain the model applies is drawn from U(0.5, 1.5): w itself, or 1 + w for
+                # families that store w and add 1 (Gemma).
+                p.copy_(torch.empty_like(p).uniform_(0.5 - c.norm_shift, 1.5 - c.norm_shift))
             elif name.endswith(".bias"):
                 p.copy_(torch.empty_like(p).uniform_(-0.5, 0.5))
     model.save_pretrained(hf, safe_serialization=True)
@@ -467,7 +553,7 @@ def gguf_weights(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
-def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -> tuple[list[list[float]], object, float | None]:
+def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -> tuple[list[list[float]], object, float | None, float]:
     """transformers in fp32 with every weight replaced by the GGUF's dequantized tensor of the same
     shape and rows (llama.cpp may permute q/k rows; each row is matched by its f32 twin)."""
     import gguf
@@ -493,6 +579,8 @@ def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -
             if g not in weights:
                 raise SystemExit(f"{g} missing from the GGUF")
             q, ref = weights[g], f32[g]
+            if g.endswith("norm.weight") and NORM_SHIFT.get(config.model_type):
+                q, ref = q - NORM_SHIFT[config.model_type], ref - NORM_SHIFT[config.model_type]
             hf_w = p.detach().numpy()
             if q.shape != hf_w.shape:
                 raise SystemExit(f"{g}: GGUF shape {q.shape} vs HF {hf_w.shape}")
@@ -506,6 +594,23 @@ def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -
             p.copy_(torch.from_numpy(q.copy()))
         out = model(torch.tensor([ids]), use_cache=False).logits[0]
         logits = [[round(float(x), 6) for x in row] for row in out]
+        # What int8 activations cost here: the same model with every linear layer's input
+        # quantized to int8 per 32 columns (symmetric, absmax / 127: llama.cpp's Q8_0 activations,
+        # and the runtime's), against the fp32 logits.
+        def q8(x):
+            y = x.reshape(*x.shape[:-1], -1, 32)
+            s = y.abs().amax(-1, keepdim=True) / 127
+            return (torch.round(y / s.clamp_min(1e-30)) * s).reshape(x.shape)
+
+        hooks = [
+            m.register_forward_pre_hook(lambda mod, args: (q8(args[0]),))
+            for m in model.modules()
+            if isinstance(m, torch.nn.Linear)
+        ]
+        int8 = model(torch.tensor([ids]), use_cache=False).logits[0]
+        for h in hooks:
+            h.remove()
+        int8_cost = round(float((int8 - out).abs().max()), 6)
         # How much the RoPE scaling moves these logits (the oracle must exercise it).
         effect = None
         params = dict(getattr(config, "rope_parameters", None) or {})
@@ -518,7 +623,7 @@ def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -
             unscaled.eval()
             other = unscaled(torch.tensor([ids]), use_cache=False).logits[0]
             effect = round(float((other - out).abs().max()), 6)
-    return logits, model, effect
+    return logits, model, effect, int8_cost
 
 
 def greedy(hf: Path, model, sentence: str) -> dict:
@@ -549,6 +654,7 @@ def greedy(hf: Path, model, sentence: str) -> dict:
 
 
 ARCH_OF = {c.config["model_type"]: c.arch for c in CASES.values()}
+NORM_SHIFT = {c.config["model_type"]: c.norm_shift for c in CASES.values()}
 
 gguf_weights_cache: dict[str, dict[str, np.ndarray]] = {}
 
@@ -576,12 +682,14 @@ def main() -> None:
             ids = [int(cfg["bos_token_id"])] + [int(x) for x in rng.integers(0, cfg["vocab_size"] - 8, IDS_LEN - 1)]
             ref = {"ids": ids, "logits": {}, "greedy": {}}
             models, effects = {}, []
-            ref["logits"]["f32"], models["f32"], e = reference_logits(hf, gguf_weights_cache["f32"], ids)
+            ref["int8_activation_cost"] = {}
+            ref["logits"]["f32"], models["f32"], e, _ = reference_logits(hf, gguf_weights_cache["f32"], ids)
             effects.append(e)
             for qname, qtype in [("q4_0", gguf.GGMLQuantizationType.Q4_0), ("q4_1", gguf.GGMLQuantizationType.Q4_1)]:
                 dest = out / f"model-{qname}.gguf"
                 requantize(f32, dest, qtype)
-                ref["logits"][qname], models[qname], e = reference_logits(hf, gguf_weights(dest), ids)
+                ref["logits"][qname], models[qname], e, cost = reference_logits(hf, gguf_weights(dest), ids)
+                ref["int8_activation_cost"][qname] = cost
                 effects.append(e)
             if any(e is not None for e in effects):
                 # Max |logits(scaled RoPE) − logits(same weights, unscaled RoPE)|, least over quants.
