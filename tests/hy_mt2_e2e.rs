@@ -11,18 +11,17 @@ mod hub_server;
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hub_server::HubServer;
 use serde_json::Value;
+use support::{oracle, oracle_ids, oracle_logits, oracle_reference};
 
 const REPO: &str = "FastFlowLM/Hy-MT2-1.8B-NPU2";
-
-fn oracle() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oracle/hunyuan-alpha")
-}
+/// The oracle served as that repository.
+const CASE: &str = "hunyuan-alpha";
 
 /// Every file of a converted repository, as the hub serves it.
 fn repo_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -54,7 +53,7 @@ fn onebit(home: &Path, hf: &Path) -> Command {
 #[ignore = "needs the openai Python client (scripts/test.sh installs it)"]
 fn hy_mt2_is_fetched_verified_and_answers_a_translation_through_the_openai_client() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let gguf = oracle().join("model-q4_0.gguf");
+    let gguf = oracle(CASE).join("model-q4_0.gguf");
     let repo = tmp.path().join("Hy-MT2-1.8B-NPU2");
     onebit_convert::convert(&gguf, &repo, &onebit_convert::ConvertOptions::default())
         .expect("convert");
@@ -93,10 +92,7 @@ fn hy_mt2_is_fetched_verified_and_answers_a_translation_through_the_openai_clien
 
     // eval on the oracle's ids: perplexity of the scored positions (llama.cpp chunking scores the
     // second half) within 1 % of the oracle's, argmax equal wherever the oracle's margin is clear.
-    let reference: Value = serde_json::from_slice(
-        &std::fs::read(oracle().join("reference.json")).expect("reference.json"),
-    )
-    .expect("json");
+    let reference = oracle_reference(CASE);
     let ids_json = reference["ids"].to_string();
     let out = onebit(&home, &hf)
         .args([
@@ -122,32 +118,16 @@ fn hy_mt2_is_fetched_verified_and_answers_a_translation_through_the_openai_clien
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|v| v.get("perplexity").is_some())
         .expect("eval result");
-    let logits: Vec<Vec<f64>> = reference["logits"]["q4_0"]
-        .as_array()
-        .expect("logits")
-        .iter()
-        .map(|r| {
-            r.as_array()
-                .expect("row")
-                .iter()
-                .map(|x| x.as_f64().expect("logit"))
-                .collect()
-        })
-        .collect();
-    let ids: Vec<usize> = reference["ids"]
-        .as_array()
-        .expect("ids")
-        .iter()
-        .map(|v| v.as_u64().expect("id") as usize)
-        .collect();
+    let logits = oracle_logits(&reference, "q4_0");
+    let ids = oracle_ids(&reference);
     let scored = eval["scored"].as_u64().expect("scored") as usize;
     let n = ids.len() - 1;
     let nll: f64 = (n - scored..n)
         .map(|i| {
-            let row = &logits[i];
+            let row: Vec<f64> = logits[i].iter().map(|&x| f64::from(x)).collect();
             let max = row.iter().copied().fold(f64::MIN, f64::max);
             let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
-            lse - row[ids[i + 1]]
+            lse - row[ids[i + 1] as usize]
         })
         .sum::<f64>()
         / scored as f64;

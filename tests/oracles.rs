@@ -7,13 +7,16 @@
 //! position, for batched prefill and for token-by-token decode, with the converted config.json and
 //! with the hub-style one.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+mod support;
 
 use onebit_convert::{ConvertOptions, TileChoice};
 use onebit_pipeline::{NullReporter, RunOptions, Store, run_graph};
 use onebit_runtime::{Model, Pack};
 use onebit_stages::{ImportSource, import_graph};
 use serde_json::Value;
+use support::{oracle, oracle_ids, oracle_logits, oracle_reference};
 
 /// The largest |ours − oracle| accepted at any position where int8 activations cost at most
 /// 0.04 on the oracle's logits (every oracle but Gemma 3's Q4_1, whose six sandwich-normed layers
@@ -24,12 +27,6 @@ const MAX_DIFF: f32 = 0.05;
 const INT8_SLACK: f32 = 1.25;
 /// The oracle's top-2 margin above which our argmax must equal its argmax.
 const MARGIN: f32 = 0.05;
-
-fn oracle(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/oracle")
-        .join(case)
-}
 
 /// Converts (with `tile`), imports (verified against the GGUF) and loads one case; `hub_config`
 /// replaces the converted config.json by the hub-style one before the import.
@@ -135,38 +132,9 @@ fn compare(ours: &[f32], oracle: &[Vec<f32>]) -> (f32, Vec<usize>) {
     (max, wrong)
 }
 
-/// The oracle's fixed ids.
-fn ids_of(reference: &Value) -> Vec<u32> {
-    reference["ids"]
-        .as_array()
-        .expect("ids")
-        .iter()
-        .map(|v| v.as_u64().expect("id") as u32)
-        .collect()
-}
-
-/// The oracle's logits for `quant`, one row per position.
-fn logits_of(reference: &Value, quant: &str) -> Vec<Vec<f32>> {
-    reference["logits"][quant]
-        .as_array()
-        .expect("logits")
-        .iter()
-        .map(|row| {
-            row.as_array()
-                .expect("row")
-                .iter()
-                .map(|x| x.as_f64().expect("logit") as f32)
-                .collect()
-        })
-        .collect()
-}
-
 fn check(case: &str) {
-    let reference: Value = serde_json::from_slice(
-        &std::fs::read(oracle(case).join("reference.json")).expect("reference.json"),
-    )
-    .expect("json");
-    let ids = ids_of(&reference);
+    let reference = oracle_reference(case);
+    let ids = oracle_ids(&reference);
     // Where the config scales RoPE, the oracle must tell a reader that ignores the scaling apart.
     if let Some(effect) = reference["rope_scaling_effect"].as_f64() {
         assert!(
@@ -175,7 +143,7 @@ fn check(case: &str) {
         );
     }
     for quant in ["q4_0", "q4_1"] {
-        let want = logits_of(&reference, quant);
+        let want = oracle_logits(&reference, quant);
         let int8 = reference["int8_activation_cost"][quant]
             .as_f64()
             .expect("int8_activation_cost") as f32;
@@ -225,15 +193,12 @@ fn a_q4_1_source_forced_into_q40_4608_tiles_verifies() {
         false,
         tmp.path(),
     );
-    let reference: Value = serde_json::from_slice(
-        &std::fs::read(oracle("hunyuan-alpha").join("reference.json")).expect("reference.json"),
-    )
-    .expect("json");
-    let ids = ids_of(&reference);
+    let reference = oracle_reference("hunyuan-alpha");
+    let ids = oracle_ids(&reference);
     let mut s = model.session(ids.len());
     let logits = model.forward(&mut s, &ids, true).expect("prefill");
     assert!(logits.iter().all(|x| x.is_finite()));
-    let want = logits_of(&reference, "q4_1");
+    let want = oracle_logits(&reference, "q4_1");
     let (max, wrong) = compare(&logits, &want);
     eprintln!(
         "hunyuan-alpha q4_1 → Q40_4608 (requantized): max |diff| {max:.4}, argmax mismatches {}",

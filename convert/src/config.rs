@@ -343,6 +343,14 @@ pub fn with_user_config(
 /// folding α in).
 const HUNYUAN_THETA: f64 = 10_000.0;
 
+/// `v` rounded to 0, 1, 2 and 3 decimals, shortest first: the values a config would state, for
+/// recovering a parameter from an f32 that llama.cpp derived from it.
+fn short_decimals(v: f64) -> impl Iterator<Item = f64> {
+    [1.0, 10.0, 100.0, 1000.0]
+        .into_iter()
+        .map(move |s| (v * s).round() / s)
+}
+
 /// The α that llama.cpp folded into `base` (`θ·α^(D/(D−2))`, stored as f32), when one with at most
 /// three decimals reproduces the stored base exactly; `None` for an unscaled base or no exact α.
 fn hunyuan_alpha(base: f64, head_dim: u64) -> Option<f64> {
@@ -352,10 +360,7 @@ fn hunyuan_alpha(base: f64, head_dim: u64) -> Option<f64> {
     let d = head_dim as f64;
     let raw = (base / HUNYUAN_THETA).powf((d - 2.0) / d);
     let stored = base as f32;
-    [1.0, 10.0, 100.0, 1000.0]
-        .into_iter()
-        .map(|s| (raw * s).round() / s)
-        .find(|&alpha| (HUNYUAN_THETA * alpha.powf(d / (d - 2.0))) as f32 == stored)
+    short_decimals(raw).find(|&alpha| (HUNYUAN_THETA * alpha.powf(d / (d - 2.0))) as f32 == stored)
 }
 
 #[cfg(test)]
@@ -456,11 +461,9 @@ fn llama3_scaling(stored: &[f32], base: f64, dim: u64) -> Result<Llama3Fit, Stri
     }
     let max = stored.iter().copied().fold(f32::MIN, f32::max);
     // The shortest decimal that is this f32.
-    let factor = [1.0, 10.0, 100.0, 1000.0]
-        .into_iter()
-        .map(|s| (max as f64 * s).round() / s)
+    let factor = short_decimals(f64::from(max))
         .find(|v| *v as f32 == max)
-        .unwrap_or(max as f64);
+        .unwrap_or(f64::from(max));
     let lows = [1.0, 0.5, 2.0, 0.25, 4.0];
     let highs = [4.0, 2.0, 8.0, 3.0, 1.5, 16.0, 32.0];
     let originals: Vec<f64> = std::iter::once(8192.0)

@@ -75,8 +75,9 @@ pub const GEMMA_TEMPLATE: &str = "{{ bos_token }}\n{%- if messages[0]['role'] ==
 /// ChatML (Qwen, and llama.cpp's default).
 pub const CHATML_TEMPLATE: &str = "{%- for message in messages -%}\n    {{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif -%}\n";
 
-/// Hunyuan's template (Hunyuan-1.8B-Instruct's, without tools): the system text then
-/// placeholder 3, each user turn `<｜hy_User｜>…<｜hy_Assistant｜>`, each answer ended by EOS.
+/// Hunyuan's template (Hunyuan-1.8B-Instruct's, without tools): the system text closed by the
+/// token `<｜hy_place▁holder▁no▁3｜>`, each user turn `<｜hy_User｜>…<｜hy_Assistant｜>`, each answer
+/// ended by EOS.
 pub const HUNYUAN_TEMPLATE: &str = "{{- bos_token }}{%- set sys = namespace(p='') %}{%- for m in messages %}{%- if m['role'] == 'system' %}{%- set sys.p = sys.p + m['content'] %}{%- endif %}{%- endfor %}{{- sys.p }}{%- if sys.p != '' %}{{- '<｜hy_place▁holder▁no▁3｜>' }}{%- endif %}{%- for m in messages %}{%- if m['role'] == 'user' %}{{- '<｜hy_User｜>' + m['content'] + '<｜hy_Assistant｜>' }}{%- elif m['role'] == 'assistant' %}{{- m['content'] + eos_token }}{%- endif %}{%- endfor %}";
 
 /// Llama 3's header template.

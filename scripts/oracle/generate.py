@@ -100,8 +100,8 @@ HUNYUAN_DENSE_REGEXES = [
     r"[一-龥぀-ゟ゠-ヿ]+",
     r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 ]
-# Hunyuan's chat template (Hunyuan-1.8B-Instruct's, without tools): system text then
-# placeholder 3, each user turn `<｜hy_User｜>…<｜hy_Assistant｜>`, each answer ended by EOS.
+# Hunyuan's chat template (Hunyuan-1.8B-Instruct's, without tools): system text closed by the token
+# `<｜hy_place▁holder▁no▁3｜>`, each user turn `<｜hy_User｜>…<｜hy_Assistant｜>`, each answer ended by EOS.
 HY_TEMPLATE = (
     "{{- bos_token }}{%- set sys = namespace(p='') %}"
     "{%- for m in messages %}{%- if m['role'] == 'system' %}{%- set sys.p = sys.p + m['content'] %}{%- endif %}{%- endfor %}"
@@ -244,6 +244,21 @@ def llama_case(theta: float, scaling: dict | None) -> Case:
     )
 
 
+def qwen_case(config: dict, arch: str) -> Case:
+    """A Qwen2/Qwen3 config with Qwen's special tokens, pre-tokenizer and ChatML template."""
+    return Case(
+        config=config,
+        specials=QWEN_SPECIALS,
+        bos=QWEN_SPECIALS[0],
+        eos=QWEN_SPECIALS[2],
+        pad=QWEN_SPECIALS[0],
+        regexes=QWEN2_REGEXES,
+        pre="qwen2",
+        template=CHATML_TEMPLATE,
+        arch=arch,
+    )
+
+
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
 
@@ -252,8 +267,8 @@ CASES = {
     "hunyuan-plain": hunyuan_case(None),
     # Qwen3-0.6B's shape: q/k RMSNorm, head_dim set apart from hidden/heads (4 heads of 64 over
     # hidden 128, as 0.6B has 16 heads of 128 over 1024), θ 10^6, tied.
-    "qwen3": Case(
-        config=small(
+    "qwen3": qwen_case(
+        small(
             architectures=["Qwen3ForCausalLM"],
             model_type="qwen3",
             head_dim=64,
@@ -266,18 +281,11 @@ CASES = {
             sliding_window=None,
             max_window_layers=2,
         ),
-        specials=QWEN_SPECIALS,
-        bos=QWEN_SPECIALS[0],
-        eos=QWEN_SPECIALS[2],
-        pad=QWEN_SPECIALS[0],
-        regexes=QWEN2_REGEXES,
-        pre="qwen2",
-        template=CHATML_TEMPLATE,
-        arch="QWEN3",
+        "QWEN3",
     ),
     # Qwen2.5-0.5B's shape: q/k/v biases (drawn away from 0), θ 10^6, tied.
-    "qwen2": Case(
-        config=small(
+    "qwen2": qwen_case(
+        small(
             architectures=["Qwen2ForCausalLM"],
             model_type="qwen2",
             rope_theta=1000000.0,
@@ -286,14 +294,7 @@ CASES = {
             sliding_window=32768,
             max_window_layers=2,
         ),
-        specials=QWEN_SPECIALS,
-        bos=QWEN_SPECIALS[0],
-        eos=QWEN_SPECIALS[2],
-        pad=QWEN_SPECIALS[0],
-        regexes=QWEN2_REGEXES,
-        pre="qwen2",
-        template=CHATML_TEMPLATE,
-        arch="QWEN2",
+        "QWEN2",
     ),
     # Gemma 3 270M's shape: six layers (five sliding, window 8 < the 24 ids, the sixth full), q/k
     # norm before RoPE, local base 10^4 and global 10^6, GELU (tanh), √hidden embedding scale,

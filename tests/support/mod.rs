@@ -40,3 +40,42 @@ pub fn spawn_server(mut cmd: Command) -> (Child, SocketAddr) {
     std::thread::spawn(move || for _ in lines {});
     (child, addr)
 }
+
+/// `tests/fixtures/oracle/<case>`: an independent oracle (docs/oracles.md).
+pub fn oracle(case: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/oracle")
+        .join(case)
+}
+
+/// The oracle's `reference.json`.
+pub fn oracle_reference(case: &str) -> serde_json::Value {
+    let path = oracle(case).join("reference.json");
+    serde_json::from_slice(&std::fs::read(&path).expect("reference.json")).expect("json")
+}
+
+/// The oracle's fixed ids.
+pub fn oracle_ids(reference: &serde_json::Value) -> Vec<u32> {
+    reference["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_u64().expect("id") as u32)
+        .collect()
+}
+
+/// The oracle's logits for `quant` (`f32`, `q4_0`, `q4_1`), one row per position.
+pub fn oracle_logits(reference: &serde_json::Value, quant: &str) -> Vec<Vec<f32>> {
+    reference["logits"][quant]
+        .as_array()
+        .expect("logits")
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .expect("row")
+                .iter()
+                .map(|x| x.as_f64().expect("logit") as f32)
+                .collect()
+        })
+        .collect()
+}

@@ -284,20 +284,19 @@ fn ffn_padded_twin(arch: &str, l: &TensorLayout, gt: &GgufTensor) -> Option<(u64
     (pad > 1 && fits && (l.rows, l.k) != (g_rows, g_k)).then_some((g_rows, g_k))
 }
 
-/// [`compare_with_gguf`] for a pack tensor padded past its GGUF twin: the GGUF's extent is
-/// compared, and the padding values that are not exactly zero are counted.
-fn compare_padded(
+/// A pack tensor against its GGUF twin over the GGUF's extent (rows × K), every pack row block
+/// in parallel. Values past that extent (the family's FFN padding) are not compared; those that
+/// are not exactly zero are counted. For an unpadded tensor the extent is the whole tensor.
+fn compare_with_gguf(
     c: &Container,
     layout: &TensorLayout,
     g: &GgufFile,
     gt: &GgufTensor,
     tw: &Twin,
-    g_rows: u64,
-    g_k: u64,
 ) -> Result<(PairStats, u64)> {
     let rows = TensorRows::new(c, layout)?;
     let br = rows.block_rows() as u64;
-    let k = layout.k as usize;
+    let (k, g_rows, g_k) = (layout.k as usize, gt.rows(), gt.row_len() as usize);
     (0..rows.blocks())
         .into_par_iter()
         .map_init(
@@ -307,17 +306,18 @@ fn compare_padded(
                 let r0 = b as u64 * br;
                 let real = n.min(g_rows.saturating_sub(r0));
                 gguf_rows(g, gt, tw, r0, real, y)?;
+                let mut p = PairStats::default();
+                if real == n && g_k == k {
+                    p.extend(x, y);
+                    return Ok((p, 0));
+                }
                 live.clear();
                 let mut nonzero = 0u64;
                 for (i, row) in x.chunks(k).enumerate().take(n as usize) {
-                    if (i as u64) < real {
-                        live.extend_from_slice(&row[..g_k as usize]);
-                        nonzero += row[g_k as usize..].iter().filter(|v| **v != 0.0).count() as u64;
-                    } else {
-                        nonzero += row.iter().filter(|v| **v != 0.0).count() as u64;
-                    }
+                    let (kept, pad) = row.split_at(if (i as u64) < real { g_k } else { 0 });
+                    live.extend_from_slice(kept);
+                    nonzero += pad.iter().filter(|v| **v != 0.0).count() as u64;
                 }
-                let mut p = PairStats::default();
                 p.extend(live, y);
                 Ok((p, nonzero))
             },
@@ -326,32 +326,6 @@ fn compare_padded(
             || (PairStats::default(), 0),
             |a, b| Ok((a.0.merge(b.0), a.1 + b.1)),
         )
-}
-
-fn compare_with_gguf(
-    c: &Container,
-    layout: &TensorLayout,
-    g: &GgufFile,
-    gt: &GgufTensor,
-    tw: &Twin,
-    max_blocks: Option<usize>,
-) -> Result<PairStats> {
-    let rows = TensorRows::new(c, layout)?;
-    let blocks = max_blocks.map_or(rows.blocks(), |m| m.min(rows.blocks()));
-    let br = rows.block_rows() as u64;
-    (0..blocks)
-        .into_par_iter()
-        .map_init(
-            || (Vec::new(), Vec::new(), Vec::new()),
-            |(x, y, s), b| -> Result<PairStats> {
-                let n = pack_rows(&rows, b, x, s) as u64;
-                gguf_rows(g, gt, tw, b as u64 * br, n, y)?;
-                let mut p = PairStats::default();
-                p.extend(x, y);
-                Ok(p)
-            },
-        )
-        .try_reduce(PairStats::default, |a, b| Ok(a.merge(b)))
 }
 
 /// Decodes the first row blocks of a tiled tensor as `kind` (same grid) and correlates them with
@@ -619,23 +593,9 @@ pub fn verify_pack(
                         format!("; {}", tw.note)
                     }
                 );
+                // The pack tensor is its GGUF twin, or the twin with the family's FFN padding.
                 let padded = ffn_padded_twin(&arch, l, gt);
-                if let Some((g_rows, g_k)) = padded {
-                    let (p, pad_nonzero) = compare_padded(c, l, g, gt, tw, g_rows, g_k)?;
-                    gguf_verdict(l, gt, &p, &mut row);
-                    let note = format!(
-                        "; FFN padding {}x{} -> {}x{} (q4nx-format §4)",
-                        g_rows, g_k, l.rows, l.k
-                    );
-                    if pad_nonzero > 0 {
-                        row.verdict = Verdict::Fail;
-                        row.reason = format!(
-                            "{pad_nonzero} padding values past the GGUF's {g_rows}x{g_k} are not zero{note}"
-                        );
-                    } else {
-                        row.reason.push_str(&note);
-                    }
-                } else if gt.row_len() != l.k || gt.rows() != l.rows {
+                if padded.is_none() && (gt.row_len() != l.k || gt.rows() != l.rows) {
                     row.verdict = Verdict::Fail;
                     row.reason = format!(
                         "shape: pack {}x{} but GGUF {} is {}x{} (ne {:?})",
@@ -650,22 +610,41 @@ pub fn verify_pack(
                     row.verdict = Verdict::Skipped;
                     row.reason = format!("NO_REF: GGUF type {} has no dequantizer", gt.ty);
                 } else {
-                    let p = compare_with_gguf(c, l, g, gt, tw, None)?;
+                    let (p, pad_nonzero) = compare_with_gguf(c, l, g, gt, tw)?;
                     gguf_verdict(l, gt, &p, &mut row);
-                    if let Some(kind) = l.kind() {
-                        for &alt in alternatives(kind) {
-                            let corr = candidate(c, l, alt, g, gt, tw)?;
-                            rows.push(VerifyRow {
-                                reading: alt.name().into(),
-                                compared: 0,
-                                corr: Some(corr),
-                                verdict: Verdict::Candidate,
-                                reason: format!(
-                                    "alternative reading of the same bytes: corr {corr:.4} vs {:.4} for {kind}",
-                                    p.corr()
-                                ),
-                                ..row.clone()
-                            });
+                    match padded {
+                        Some((g_rows, g_k)) => {
+                            let note = format!(
+                                "; FFN padding {g_rows}x{g_k} -> {}x{} (q4nx-format §4)",
+                                l.rows, l.k
+                            );
+                            if pad_nonzero > 0 {
+                                row.verdict = Verdict::Fail;
+                                row.reason = format!(
+                                    "{pad_nonzero} padding values past the GGUF's {g_rows}x{g_k} are not zero{note}"
+                                );
+                            } else {
+                                row.reason.push_str(&note);
+                            }
+                        }
+                        // Alternative readings are weighed on unpadded tiled tensors only.
+                        None => {
+                            if let Some(kind) = l.kind() {
+                                for &alt in alternatives(kind) {
+                                    let corr = candidate(c, l, alt, g, gt, tw)?;
+                                    rows.push(VerifyRow {
+                                        reading: alt.name().into(),
+                                        compared: 0,
+                                        corr: Some(corr),
+                                        verdict: Verdict::Candidate,
+                                        reason: format!(
+                                            "alternative reading of the same bytes: corr {corr:.4} vs {:.4} for {kind}",
+                                            p.corr()
+                                        ),
+                                        ..row.clone()
+                                    });
+                                }
+                            }
                         }
                     }
                 }
