@@ -88,6 +88,7 @@ fn load(case: &str, quant: &str, tile: TileChoice, hub_config: bool, tmp: &Path)
         dir: repo.clone(),
         reference: Some(gguf),
         fetch: None,
+        repair: false,
     };
     let graph = import_graph(&source).expect("graph");
     let opts = RunOptions {
@@ -321,4 +322,93 @@ fn a_users_config_wins_and_its_differences_are_decisions() {
     let err =
         onebit_convert::convert(&gguf, &tmp.path().join("repo2"), &opts).expect_err("refused");
     assert!(err.to_string().contains("hidden_size"), "{err}");
+}
+
+/// Imports `repo` (a converted repository) against `gguf` and returns the pack verdict with the
+/// verification rows of `tensor`.
+fn verdict_of(repo: &Path, gguf: &Path, home: &Path, tensor: &str) -> (Value, Vec<Value>) {
+    let store = Store::open(home).expect("store");
+    let source = ImportSource {
+        dir: repo.to_path_buf(),
+        reference: Some(gguf.to_path_buf()),
+        fetch: None,
+        repair: false,
+    };
+    let graph = import_graph(&source).expect("graph");
+    let opts = RunOptions {
+        jobs: 2,
+        ref_name: None,
+        source: serde_json::json!({"dir": repo.display().to_string()}),
+        deep_check: false,
+    };
+    let run = run_graph(&store, &graph, &opts, &NullReporter).expect("import");
+    let dir = run
+        .artifact("verify", "verification")
+        .expect("verification");
+    let verdict: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("verdict.json")).expect("verdict"))
+            .expect("json");
+    let table = support::parquet_rows(&dir.join("verification.parquet"));
+    let rows = table
+        .into_iter()
+        .filter(|r| r["tensor"] == tensor)
+        .collect();
+    (verdict, rows)
+}
+
+/// A Llama 3 pack carries llama.cpp's `rope_freqs.weight` (as FastFlowLM's packs do): verify
+/// compares it with the GGUF's tensor and with the divisors config.json's rope_scaling implies,
+/// and a config whose scaling differs from the stored divisors is refused naming the tensor.
+#[test]
+fn a_llama3_packs_rope_freqs_is_verified_against_the_gguf_and_the_config() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let gguf = oracle("llama3").join("model-q4_0.gguf");
+    let repo = tmp.path().join("repo");
+    let report =
+        onebit_convert::convert(&gguf, &repo, &ConvertOptions::default()).expect("convert");
+    assert!(
+        report
+            .tensors
+            .iter()
+            .any(|t| t.name == "rope_freqs.weight" && t.stored_as == "BF16"),
+        "the pack keeps rope_freqs.weight"
+    );
+    let (verdict, rows) = verdict_of(&repo, &gguf, &tmp.path().join("home"), "rope_freqs.weight");
+    assert_eq!(verdict["verified"], true, "{verdict}");
+    let refs: Vec<&str> = rows
+        .iter()
+        .map(|r| r["reference"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        refs.iter().any(|r| r.starts_with("gguf:rope_freqs.weight")),
+        "{refs:?}"
+    );
+    assert!(
+        refs.iter()
+            .any(|r| r.starts_with("semantics: rope_scaling llama3")),
+        "{refs:?}"
+    );
+    assert!(rows.iter().all(|r| r["verdict"] == "pass"), "{rows:?}");
+
+    // The same pack under a config that says factor 16 where the divisors say 8.
+    let mut config: Value =
+        serde_json::from_slice(&std::fs::read(repo.join("config.json")).expect("config"))
+            .expect("json");
+    config["rope_scaling"]["factor"] = serde_json::json!(16.0);
+    std::fs::write(repo.join("config.json"), config.to_string()).expect("write");
+    let (verdict, rows) = verdict_of(&repo, &gguf, &tmp.path().join("home"), "rope_freqs.weight");
+    assert_eq!(verdict["verified"], false, "{verdict}");
+    let failing = verdict["failing"].to_string();
+    assert!(failing.contains("rope_freqs.weight"), "{failing}");
+    let bad = rows
+        .iter()
+        .find(|r| r["verdict"] == "fail")
+        .expect("a failing row");
+    let reason = bad["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("config.json's rope_scaling implies")
+            && reason.contains("rope_freqs.weight["),
+        "{reason}"
+    );
 }

@@ -31,6 +31,7 @@ fn main() {
             dir: dir.clone(),
             reference: Some(fixture.join("model.gguf")),
             fetch: None,
+            repair: false,
         };
         let opts = RunOptions {
             ref_name: Some(format!("pack-{i:02}")),

@@ -87,6 +87,7 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         verification: Verification {
             verified: true,
             summary: "calibration pack (8-bit requantization of the source GGUF)".into(),
+            repaired: Vec::new(),
         },
         chat_template: None,
         decisions: Vec::new(),

@@ -12,10 +12,13 @@
 
 pub mod calibrate;
 pub mod config;
-pub mod encode;
 pub mod gptq;
-pub mod groups;
+pub mod pretokenizer;
 pub mod tokenizer;
+
+/// The tile encoders and quantization groups (format codecs, kept in stages beside the decoders
+/// so that the repair stage writes tiles the way conversion does).
+pub use onebit_stages::format::encode::{self, groups};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -231,9 +234,6 @@ fn layer_fields(arch: &str) -> &'static [&'static str] {
     }
 }
 
-/// GGUF tensors the pack does not carry because the runtime derives them from config.json.
-const DERIVED: [&str; 1] = ["rope_freqs.weight"];
-
 fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
     let dims = MapDims {
         hidden: d.hidden,
@@ -246,6 +246,9 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
         "model.embed_tokens.weight".to_string(),
         "lm_head.weight".to_string(),
         "model.norm.weight".to_string(),
+        // llama3 frequency divisors, when the GGUF has them: kept as FastFlowLM's packs keep
+        // them (plain), and verified against config.json's rope_scaling.
+        "rope_freqs.weight".to_string(),
     ];
     for l in 0..d.layers {
         for f in layer_fields(&d.arch) {
@@ -278,7 +281,7 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
         });
     }
     for t in &g.tensors {
-        if !used.contains(&t.name) && !DERIVED.contains(&t.name.as_str()) {
+        if !used.contains(&t.name) {
             return Err(refuse(
                 g.path(),
                 &t.name,

@@ -1,8 +1,8 @@
 //! `tokenizer.json`, `tokenizer_config.json` and the chat template from a GGUF's vocabulary.
 //!
 //! Two GGUF tokenizer models are written faithfully:
-//! - `gpt2` (byte-level BPE): the GGUF's own merges, with the pre-tokenizer regex named by
-//!   `tokenizer.ggml.pre` (`default`/`gpt2`, `llama-bpe`, `qwen2`, `hunyuan-dense`);
+//! - `gpt2` (BPE): the GGUF's own merges, with the pre-tokenizer `tokenizer.ggml.pre` names, as
+//!   llama.cpp runs it (every name it knows; `crate::pretokenizer`);
 //! - `llama` (SentencePiece BPE, Gemma, Llama 2): BPE with byte fallback, whitespace as `▁`, and
 //!   merges derived from the piece scores exactly as Hugging Face's `SentencePieceExtractor`
 //!   does (every split of a piece into two pieces, ordered by the merged piece's score), so that
@@ -17,6 +17,8 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use onebit_stages::error::Result;
+
+use crate::pretokenizer::{Encoding, MISSING, PreTokenizer, known_names, pre_tokenizer};
 use onebit_stages::format::gguf::{GgufFile, MetaValue};
 
 /// The tokenizer files and the decisions behind them.
@@ -83,6 +85,15 @@ pub const HUNYUAN_TEMPLATE: &str = "{{- bos_token }}{%- set sys = namespace(p=''
 /// Llama 3's header template.
 pub const LLAMA3_TEMPLATE: &str = "{{- bos_token }}\n{%- for message in messages -%}\n    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif -%}\n";
 
+/// A GGUF's vocabulary arrays: tokens, their types (normal where the GGUF has none) and the
+/// BPE merges (`"left right"`; empty for SentencePiece vocabularies).
+pub fn gguf_vocab(g: &GgufFile) -> (Vec<String>, Vec<i64>, Vec<String>) {
+    let tokens = strings(g.meta("tokenizer.ggml.tokens"));
+    let mut types = ints(g.meta("tokenizer.ggml.token_type"));
+    types.resize(tokens.len(), NORMAL);
+    (tokens, types, strings(g.meta("tokenizer.ggml.merges")))
+}
+
 /// Builds the tokenizer files for `g` of family `arch`.
 pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
     let path = g.path();
@@ -90,7 +101,7 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
         .meta("tokenizer.ggml.model")
         .and_then(|v| v.as_str())
         .unwrap_or("");
-    let tokens = strings(g.meta("tokenizer.ggml.tokens"));
+    let (tokens, types, merges) = gguf_vocab(g);
     if tokens.is_empty() {
         return Err(super::refuse(
             path,
@@ -98,8 +109,6 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
             "the GGUF has no vocabulary",
         ));
     }
-    let mut types = ints(g.meta("tokenizer.ggml.token_type"));
-    types.resize(tokens.len(), NORMAL);
     let id = |k: &str| g.meta(k).and_then(|v| v.as_u64());
     let flag = |k: &str| match g.meta(k) {
         Some(MetaValue::Bool(b)) => Some(*b),
@@ -110,34 +119,44 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
     let unk = id("tokenizer.ggml.unknown_token_id");
     let pad = id("tokenizer.ggml.padding_token_id");
     let mut dec = Vec::new();
-    // llama.cpp's defaults when the flags are absent: SPM adds BOS, BPE does not.
-    let add_bos = flag("tokenizer.ggml.add_bos_token").unwrap_or(model == "llama");
+    // The BPE pre-tokenizer first: its llama.cpp entry sets the default of add_bos.
+    let bpe_pre = if model == "gpt2" {
+        let named = g.meta("tokenizer.ggml.pre").and_then(|v| v.as_str());
+        let pre_name = named.unwrap_or(MISSING);
+        let Some(pre) = pre_tokenizer(pre_name) else {
+            return Err(super::refuse(
+                path,
+                "tokenizer.ggml.pre",
+                format!(
+                    "pre-tokenizer {pre_name:?} is not one llama.cpp knows (it knows {})",
+                    known_names().count()
+                ),
+            ));
+        };
+        Some((pre, pre_name, named))
+    } else {
+        None
+    };
+    // llama.cpp's defaults when the flags are absent: SPM adds BOS, BPE as its pre-tokenizer
+    // entry says; Gemma 4's entry forces it whatever the GGUF says.
+    let add_bos = match (flag("tokenizer.ggml.add_bos_token"), bpe_pre) {
+        (_, Some((p, _, _))) if p.force_bos => true,
+        (Some(b), _) => b,
+        (None, Some((p, _, _))) => p.add_bos,
+        (None, None) => model == "llama",
+    };
     let add_eos = flag("tokenizer.ggml.add_eos_token").unwrap_or(false);
     dec.push(format!(
         "add_bos_token={add_bos} <- {}",
-        if flag("tokenizer.ggml.add_bos_token").is_some() {
-            "tokenizer.ggml.add_bos_token"
-        } else {
-            "llama.cpp default for this tokenizer model"
+        match (flag("tokenizer.ggml.add_bos_token"), bpe_pre) {
+            (_, Some((p, _, _))) if p.force_bos => "llama.cpp forces it for this pre-tokenizer",
+            (Some(_), _) => "tokenizer.ggml.add_bos_token",
+            (None, Some(_)) => "llama.cpp default for this pre-tokenizer",
+            (None, None) => "llama.cpp default for this tokenizer model",
         }
     ));
     let tok = |i: Option<u64>| i.and_then(|i| tokens.get(i as usize)).cloned();
 
-    let mut added = Vec::new();
-    for (i, t) in tokens.iter().enumerate() {
-        let ty = types[i];
-        if ty == CONTROL || ty == USER_DEFINED || ty == UNKNOWN {
-            added.push(json!({
-                "id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
-                "normalized": false, "special": ty != USER_DEFINED,
-            }));
-        }
-    }
-    let vocab: serde_json::Map<String, Value> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), json!(i)))
-        .collect();
     let post = match (add_bos, tok(bos)) {
         (true, Some(b)) => {
             let bos_id = bos.unwrap_or(0);
@@ -152,65 +171,42 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
         _ => Value::Null,
     };
 
-    let (normalizer, pre, decoder, model_json) = match model {
+    let tokenizer = match model {
         "gpt2" => {
-            let merges = strings(g.meta("tokenizer.ggml.merges"));
-            let pre_name = g
-                .meta("tokenizer.ggml.pre")
-                .and_then(|v| v.as_str())
-                .unwrap_or("default");
-            let regex: Option<&[&str]> = match pre_name {
-                "default" | "gpt2" => None,
-                "llama-bpe" | "llama3" => Some(&[
-                    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-                ]),
-                "qwen2" => Some(&[
-                    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-                ]),
-                // llama.cpp src/llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_HUNYUAN_DENSE: three splits,
-                // each applied to the pieces the previous one left.
-                "hunyuan-dense" => Some(&[
-                    "\\p{N}{1,3}",
-                    "[一-龥぀-ゟ゠-ヿ]+",
-                    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
-                ]),
-                other => {
-                    return Err(super::refuse(
-                        path,
-                        "tokenizer.ggml.pre",
-                        format!(
-                            "pre-tokenizer {other:?} is not known (known: default, gpt2, llama-bpe, qwen2, hunyuan-dense)"
-                        ),
-                    ));
-                }
+            let Some((pre, pre_name, named)) = bpe_pre else {
+                return Err(super::refuse(
+                    path,
+                    "tokenizer.ggml.model",
+                    "gpt2 without a pre-tokenizer",
+                ));
             };
             dec.push(format!(
-                "pre_tokenizer={} <- tokenizer.ggml.pre={pre_name:?}",
-                if regex.is_some() { pre_name } else { "gpt2" }
+                "pre_tokenizer={} ({} split{}, {}) <- {}",
+                pre.kind.to_ascii_lowercase(),
+                pre.splits.len(),
+                if pre.splits.len() == 1 { "" } else { "s" },
+                match pre.encoding {
+                    Encoding::ByteLevel => "byte-level",
+                    Encoding::Raw {
+                        escape_spaces: true,
+                    } => "raw UTF-8, spaces as U+2581",
+                    Encoding::Raw {
+                        escape_spaces: false,
+                    } => "raw UTF-8",
+                },
+                match named {
+                    Some(n) => format!("tokenizer.ggml.pre={n:?} (llama.cpp's table)"),
+                    None => "no tokenizer.ggml.pre: llama.cpp's default".to_string(),
+                }
             ));
-            let pre = match regex {
-                None => {
-                    json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true})
-                }
-                Some(rs) => {
-                    let mut steps: Vec<Value> = rs
-                        .iter()
-                        .map(|r| json!({"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": false}))
-                        .collect();
-                    steps.push(json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}));
-                    json!({"type": "Sequence", "pretokenizers": steps})
-                }
-            };
-            (
-                Value::Null,
-                pre,
-                json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}),
-                json!({
-                    "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-                    "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-                    "ignore_merges": pre_name == "llama-bpe", "vocab": vocab, "merges": merges,
-                }),
-            )
+            if pre.ignore_merges {
+                dec.push(format!(
+                    "ignore_merges=true <- llama.cpp for tokenizer.ggml.pre={pre_name:?}"
+                ));
+            }
+            let mut t = bpe_tokenizer(&tokens, &types, &merges, pre);
+            t["post_processor"] = post;
+            t
         }
         "llama" => {
             let scores = floats(g.meta("tokenizer.ggml.scores"));
@@ -244,14 +240,17 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
             if prefix {
                 decoders.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
             }
-            (
+            tokenizer_json(
+                &tokens,
+                &types,
                 normalizer,
                 Value::Null,
+                post,
                 json!({"type": "Sequence", "decoders": decoders}),
                 json!({
                     "type": "BPE", "dropout": null, "unk_token": tok(unk), "continuing_subword_prefix": null,
                     "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true,
-                    "ignore_merges": false, "vocab": vocab, "merges": merges,
+                    "ignore_merges": false, "vocab": vocab_map(&tokens), "merges": merges,
                 }),
             )
         }
@@ -263,12 +262,6 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
             ));
         }
     };
-    let tokenizer = json!({
-        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
-        "normalizer": normalizer, "pre_tokenizer": pre, "post_processor": post,
-        "decoder": decoder, "model": model_json,
-    });
-
     // Chat template: the GGUF's own, else the family's standard one.
     let index: HashMap<&str, usize> = tokens
         .iter()
@@ -324,7 +317,7 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
         "eos_token_id": eos_ids,
         "pad_token": tok(pad),
         "unk_token": tok(unk),
-        "clean_up_tokenization_spaces": false,
+        "clean_up_tokenization_spaces": bpe_pre.is_some_and(|(p, _, _)| p.clean_spaces),
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": g.meta(&format!("{arch}.context_length")).and_then(|v| v.as_u64()),
     });
@@ -341,6 +334,68 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
         config,
         template_file,
         decisions: dec,
+    })
+}
+
+/// `tokenizer.json` for a GGUF BPE (`gpt2`) vocabulary as llama.cpp runs it with `pre`: what
+/// [`tokenizer_files`] writes for such a GGUF, less the BOS post-processor. `merges` are the
+/// GGUF's `"left right"` strings.
+pub fn bpe_tokenizer(
+    tokens: &[String],
+    types: &[i64],
+    merges: &[String],
+    pre: &PreTokenizer,
+) -> Value {
+    tokenizer_json(
+        tokens,
+        types,
+        pre.normalizer_json(),
+        pre.pre_tokenizer_json(),
+        Value::Null,
+        pre.decoder_json(),
+        json!({
+            "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false,
+            "byte_fallback": pre.encoding != Encoding::ByteLevel,
+            "ignore_merges": pre.ignore_merges, "vocab": vocab_map(tokens), "merges": merges,
+        }),
+    )
+}
+
+/// Token text -> id.
+fn vocab_map(tokens: &[String]) -> serde_json::Map<String, Value> {
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), json!(i)))
+        .collect()
+}
+
+/// The whole `tokenizer.json`; control, user-defined and unknown pieces become added tokens
+/// (matched before the model, as llama.cpp partitions special tokens first).
+fn tokenizer_json(
+    tokens: &[String],
+    types: &[i64],
+    normalizer: Value,
+    pre: Value,
+    post: Value,
+    decoder: Value,
+    model: Value,
+) -> Value {
+    let mut added = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let ty = types.get(i).copied().unwrap_or(NORMAL);
+        if ty == CONTROL || ty == USER_DEFINED || ty == UNKNOWN {
+            added.push(json!({
+                "id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
+                "normalized": false, "special": ty != USER_DEFINED,
+            }));
+        }
+    }
+    json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+        "normalizer": normalizer, "pre_tokenizer": pre, "post_processor": post,
+        "decoder": decoder, "model": model,
     })
 }
 

@@ -188,6 +188,7 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
         verification: Verification {
             verified: true,
             summary: "synthetic".into(),
+            repaired: Vec::new(),
         },
         chat_template: None,
         decisions: vec![],
@@ -614,6 +615,7 @@ fn unverified_packs_are_refused_unless_allowed() {
     man.verification = Verification {
         verified: false,
         summary: "1 of 30 tensors failed: lm_head.weight".into(),
+        repaired: Vec::new(),
     };
     std::fs::write(&mpath, serde_json::to_vec(&man).expect("json")).expect("write");
     let e = Pack::open(dir.path(), false).expect_err("refused");

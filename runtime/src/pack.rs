@@ -58,6 +58,9 @@ pub struct Verification {
     pub verified: bool,
     /// One line: what passed, what failed and why.
     pub summary: String,
+    /// Tensors the repair stage rebuilt, each `name <- source` (empty when none was).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repaired: Vec<String>,
 }
 
 /// `manifest.json`.

@@ -111,6 +111,7 @@ pub fn prepare(
             dir,
             reference,
             fetch: None,
+            repair: false,
         });
     }
     let cache = hub_cache_dir();
@@ -188,6 +189,7 @@ pub fn prepare(
             commit: resolved.commit,
             files,
         }),
+        repair: false,
     })
 }
 

@@ -32,6 +32,10 @@ pub struct PackSource {
     /// The GGUF reference for verification when importing.
     #[arg(long, value_name = "GGUF|ORG/NAME:FILE")]
     pub reference: Option<PathBuf>,
+    /// Rebuild what verification finds broken by a known converter defect before running (see
+    /// `run --repair`).
+    #[arg(long, conflicts_with = "pack")]
+    pub repair: bool,
     /// A verified pack folder (the repack stage's output).
     #[arg(long, value_name = "DIR")]
     pub pack: Option<PathBuf>,
@@ -57,6 +61,7 @@ impl PackSource {
             downloads: 4,
             path: self.path.clone(),
             reference: self.reference.clone(),
+            repair: self.repair,
             demo: false,
             demo_bytes: 0,
             demo_version: 1,
@@ -64,7 +69,7 @@ impl PackSource {
             jobs: None,
             deep: false,
         };
-        let (report, name) = super::run::import(g, &a)?;
+        let (report, name, _) = super::run::import(g, &a)?;
         report.artifact("repack", "pack").cloned().with_context(|| {
             format!("{name}: the import made no pack (it needs config.json and tokenizer.json)")
         })

@@ -6,6 +6,7 @@ pub mod gc;
 pub mod generate;
 pub mod kernels;
 pub mod progress;
+pub mod repair;
 pub mod run;
 pub mod semantics;
 pub mod serve;
@@ -110,6 +111,8 @@ pub enum Command {
     Kernels(kernels::KernelsArgs),
     /// Serve verified packs over an OpenAI-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Rebuild what a converter broke and write a fixed NPU2 repository folder.
+    Repair(repair::RepairArgs),
 }
 
 /// Runs the subcommand.
@@ -126,6 +129,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Convert(a) => convert::exec(&cli.global, a),
         Command::Kernels(a) => kernels::exec(&cli.global, a),
         Command::Serve(a) => serve::exec(&cli.global, a),
+        Command::Repair(a) => repair::exec(&cli.global, a),
     }
 }
 

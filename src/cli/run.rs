@@ -35,6 +35,11 @@ pub struct RunArgs {
     /// path, or ORG/NAME[@REV]:FILE from the local Hugging Face cache.
     #[arg(long, value_name = "GGUF|ORG/NAME:FILE", conflicts_with = "demo")]
     pub reference: Option<PathBuf>,
+    /// Rebuild the tensors verification finds broken by a known converter defect (a tied head
+    /// from the pack's own embedding, any tensor from the --reference GGUF), in the tile kind the
+    /// pack used for them, and pack the repaired bytes.
+    #[arg(long, conflicts_with = "demo")]
+    pub repair: bool,
     /// Run the engine's ten-stage demo graph instead of an import.
     #[arg(long)]
     pub demo: bool,
@@ -96,12 +101,16 @@ pub fn describe_source(source: &Value) -> String {
 
 /// Builds the graph, runs it, prints the outcome.
 pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
-    let (report, ref_name) = import(g, &a)?;
+    let (report, ref_name, _) = import(g, &a)?;
     report_verdict(g, &report, &ref_name)
 }
 
-/// Builds and runs the graph for `a`'s source; returns the run report and the pack's ref name.
-pub fn import(g: &Global, a: &RunArgs) -> anyhow::Result<(onebit_pipeline::RunReport, String)> {
+/// Builds and runs the graph for `a`'s source; returns the run report, the pack's ref name and
+/// the repository folder imported (none for the demo).
+pub fn import(
+    g: &Global,
+    a: &RunArgs,
+) -> anyhow::Result<(onebit_pipeline::RunReport, String, Option<PathBuf>)> {
     let store = g.store()?;
     let reporter = super::progress::reporter(g);
     let jobs = a
@@ -131,6 +140,7 @@ pub fn import(g: &Global, a: &RunArgs) -> anyhow::Result<(onebit_pipeline::RunRe
             dir: dir.clone(),
             reference: reference.clone(),
             fetch: None,
+            repair: a.repair,
         };
         let graph = onebit_stages::import_graph(&import)
             .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
@@ -139,13 +149,16 @@ pub fn import(g: &Global, a: &RunArgs) -> anyhow::Result<(onebit_pipeline::RunRe
         if let Some(r) = &reference {
             args.push_str(&format!(" --reference {}", r.display()));
         }
+        if a.repair {
+            args.push_str(" --repair");
+        }
         (graph, import.ref_name(), args)
     } else if let Some(repo) = &a.repo {
         let reference = match &a.reference {
             Some(r) => Some(resolve_reference(g, r, a.endpoint.as_deref())?),
             None => None,
         };
-        let import = super::fetch::prepare(
+        let mut import = super::fetch::prepare(
             g,
             repo,
             &a.revision,
@@ -153,6 +166,7 @@ pub fn import(g: &Global, a: &RunArgs) -> anyhow::Result<(onebit_pipeline::RunRe
             a.downloads,
             reference.clone(),
         )?;
+        import.repair = a.repair;
         let graph = onebit_stages::import_graph(&import)
             .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
         dir_for_ref = Some(import.dir.clone());
@@ -163,6 +177,9 @@ pub fn import(g: &Global, a: &RunArgs) -> anyhow::Result<(onebit_pipeline::RunRe
         if let Some(r) = &reference {
             args.push_str(&format!(" --reference {}", r.display()));
         }
+        if a.repair {
+            args.push_str(" --repair");
+        }
         (graph, repo.clone(), args)
     } else {
         anyhow::bail!("nothing to run: give --repo ORG/NAME, --path DIR or --demo");
@@ -170,7 +187,7 @@ pub fn import(g: &Global, a: &RunArgs) -> anyhow::Result<(onebit_pipeline::RunRe
     let opts = RunOptions {
         jobs,
         ref_name: Some(ref_name),
-        source: json!({ "args": args, "dir": dir_for_ref.map(|d| d.display().to_string()) }),
+        source: json!({ "args": args, "dir": dir_for_ref.as_ref().map(|d| d.display().to_string()) }),
         deep_check: a.deep,
     };
     let report = run_graph(&store, &graph, &opts, reporter.as_ref()).map_err(|e| match e {
@@ -194,7 +211,7 @@ pub fn import(g: &Global, a: &RunArgs) -> anyhow::Result<(onebit_pipeline::RunRe
             tracing::info!(stage, output = name, path = %path.display(), "artifact");
         }
     }
-    Ok((report, opts.ref_name.unwrap_or_default()))
+    Ok((report, opts.ref_name.unwrap_or_default(), dir_for_ref))
 }
 
 /// Prints the verification verdict of a run; exit 1 when a tensor failed.
@@ -203,7 +220,11 @@ fn report_verdict(
     report: &onebit_pipeline::RunReport,
     ref_name: &str,
 ) -> anyhow::Result<ExitCode> {
-    let Some(dir) = report.artifact("verify", "verification") else {
+    // A repaired import's verdict is the repair stage's (the repaired bytes verified again).
+    let Some(dir) = report
+        .artifact("repair", "verification")
+        .or_else(|| report.artifact("verify", "verification"))
+    else {
         return Ok(ExitCode::SUCCESS);
     };
     let verdict: onebit_stages::verify::PackVerdict =
@@ -212,6 +233,9 @@ fn report_verdict(
         eprintln!("{ref_name}: {}", verdict.summary);
         for f in &verdict.failing {
             eprintln!("  FAIL {f}");
+        }
+        for r in &verdict.repaired {
+            eprintln!("  REPAIRED {r}");
         }
     } else {
         println!(

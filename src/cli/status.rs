@@ -54,6 +54,20 @@ pub fn exec(g: &Global, a: StatusArgs) -> anyhow::Result<ExitCode> {
                 s.key.short()
             );
         }
+        // What the repair stage rebuilt, from its record in the store.
+        if let Some(s) = r.stages.iter().find(|s| s.stage == "repair") {
+            let path = store.artifact_path(&s.key, "repairs.json");
+            if let Ok(bytes) = std::fs::read(&path)
+                && let Ok(list) =
+                    serde_json::from_slice::<Vec<onebit_stages::repair::Repaired>>(&bytes)
+                && !list.is_empty()
+            {
+                println!("  repaired {} tensor(s):", list.len());
+                for x in &list {
+                    println!("    {} <- {}, rel L2 {:.4}", x.tensor, x.source, x.rel_l2);
+                }
+            }
+        }
         if r.needs_run() {
             println!(
                 "  re-run: onebit-pipe run {}",

@@ -20,6 +20,7 @@ use crate::stage::detect::DetectStage;
 use crate::stage::fetch::{FetchInfo, FetchStage};
 use crate::stage::kernels::KernelSetStage;
 use crate::stage::repack::RepackStage;
+use crate::stage::repair::RepairStage;
 use crate::stage::semantics::SemanticsStage;
 use crate::stage::verify::VerifyStage;
 
@@ -33,6 +34,9 @@ pub struct ImportSource {
     /// When the folder is a hub snapshot fetched before the graph: the fetch stage records it and
     /// every other stage runs after it.
     pub fetch: Option<FetchInfo>,
+    /// Rebuild what verification finds broken by a known converter defect (the repair stage),
+    /// and pack the repaired bytes.
+    pub repair: bool,
 }
 
 impl ImportSource {
@@ -66,6 +70,7 @@ pub fn stage_versions() -> BTreeMap<String, u32> {
         ("verify".to_string(), VerifyStage::VERSION),
         ("fetch".to_string(), FetchStage::VERSION),
         ("repack".to_string(), RepackStage::VERSION),
+        ("repair".to_string(), RepairStage::VERSION),
         ("kernels".to_string(), KernelSetStage::VERSION),
         ("semantics".to_string(), SemanticsStage::VERSION),
     ])
@@ -124,11 +129,20 @@ pub fn import_graph(source: &ImportSource) -> Result<Graph> {
     }));
     stages.push(Arc::new(VerifyStage {
         extra: extra.clone(),
-        model,
+        model: model.clone(),
         config: config.clone(),
         reference: source.reference.clone(),
         tie_rows: 4096,
     }));
+    if source.repair {
+        stages.push(Arc::new(RepairStage {
+            extra: extra.clone(),
+            model,
+            config: config.clone(),
+            reference: source.reference.clone(),
+            tie_rows: 4096,
+        }));
+    }
     // The runtime pack needs the semantics (config.json) and a tokenizer.
     if config.is_some() && has("tokenizer.json") {
         stages.push(Arc::new(RepackStage {
@@ -137,6 +151,7 @@ pub fn import_graph(source: &ImportSource) -> Result<Graph> {
             source: source.ref_name(),
             revision: source.fetch.as_ref().map(|f| f.commit.clone()),
             reference: source.reference.clone(),
+            repaired: source.repair,
         }));
         // The kernel set: the repository's xclbins plus a configured kernel directory.
         let mut dirs = vec![dir.clone()];

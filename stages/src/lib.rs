@@ -4,8 +4,8 @@
 //! this order:
 //!
 //! - [`graph`]: the import DAG — which stage reads what ([`import_graph`], [`stage_versions`]);
-//! - [`stage`]: one file per stage (`fetch`, `semantics`, `detect`, `dequant`, `verify`, `repack`,
-//!   `kernels`), each only its `Stage` impl and the tables it writes.
+//! - [`stage`]: one file per stage (`fetch`, `semantics`, `detect`, `dequant`, `verify`, `repair`
+//!   with `--repair`, `repack`, `kernels`), each only its `Stage` impl and the tables it writes.
 //!
 //! The domain code below never depends on a stage, and is tested without a store:
 //!
@@ -14,6 +14,7 @@
 //! - [`layout`]: geometry, tile-kind detection with evidence, the on-demand row reader;
 //! - [`stats`]: value statistics and correlation;
 //! - [`verify`]: the rules that judge a reading against independent references;
+//! - [`repair`]: rebuilding what a converter broke, from sources verification can prove;
 //! - [`model_spec`]: the runtime's model description from the semantics;
 //! - [`kernel_set`]: the matrix products a pack needs and what serves each;
 //! - [`hub`]: the Hugging Face hub client and cache the fetch stage uses.
@@ -28,6 +29,7 @@ pub mod hub;
 pub mod kernel_set;
 pub mod layout;
 pub mod model_spec;
+pub mod repair;
 pub mod semantics;
 pub mod stage;
 pub mod stats;

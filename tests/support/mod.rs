@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// The Gemma 3 270M GGUF: `$ONEBIT_GEMMA_GGUF`, else where scripts/fetch-gemma.sh puts it.
@@ -78,4 +78,41 @@ pub fn oracle_logits(reference: &serde_json::Value, quant: &str) -> Vec<Vec<f32>
                 .collect()
         })
         .collect()
+}
+
+/// The rows of a Parquet table as JSON objects (strings, integers and floats; other columns and
+/// nulls as null), for asserting on the tables the stages write.
+pub fn parquet_rows(path: &Path) -> Vec<serde_json::Value> {
+    use arrow_array::{Array, Float64Array, StringArray, UInt64Array};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let file = std::fs::File::open(path).expect("parquet file");
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .expect("parquet")
+        .build()
+        .expect("reader");
+    let mut out = Vec::new();
+    for batch in reader {
+        let batch = batch.expect("batch");
+        let schema = batch.schema();
+        for i in 0..batch.num_rows() {
+            let mut row = serde_json::Map::new();
+            for (f, col) in schema.fields().iter().zip(batch.columns()) {
+                let any = col.as_any();
+                let v = if col.is_null(i) {
+                    serde_json::Value::Null
+                } else if let Some(a) = any.downcast_ref::<StringArray>() {
+                    serde_json::json!(a.value(i))
+                } else if let Some(a) = any.downcast_ref::<UInt64Array>() {
+                    serde_json::json!(a.value(i))
+                } else if let Some(a) = any.downcast_ref::<Float64Array>() {
+                    serde_json::json!(a.value(i))
+                } else {
+                    serde_json::Value::Null
+                };
+                row.insert(f.name().clone(), v);
+            }
+            out.push(serde_json::Value::Object(row));
+        }
+    }
+    out
 }

@@ -20,6 +20,7 @@ pub fn import(store: &Store, name: &str, dir: &Path, reference: Option<PathBuf>)
         dir: dir.to_path_buf(),
         reference,
         fetch: None,
+        repair: false,
     };
     let graph = import_graph(&source).expect("graph");
     let opts = RunOptions {

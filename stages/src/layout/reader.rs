@@ -161,22 +161,31 @@ impl<'a> TensorRows<'a> {
                     }
                 }
             }
-            Layout::Plain => {
-                let dtype = self.layout.dtype.as_str();
-                let size = match dtype {
-                    "F32" => 4,
-                    _ => 2,
-                };
-                let start = r0 * k * size;
-                let bytes = &self.data[start..start + n * k * size];
-                out.extend(bytes.chunks_exact(size).map(|ch| match dtype {
-                    "F32" => f32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]),
-                    "F16" => f16::from_le_bytes([ch[0], ch[1]]).to_f32(),
-                    _ => bf16::from_le_bytes([ch[0], ch[1]]).to_f32(),
-                }));
-            }
+            Layout::Plain => self.plain_rows(r0, r0 + n, out),
         }
         n
+    }
+
+    /// Appends the logical rows `[r0, r1)` of a plain tensor (BF16, F16 or F32) to `out`;
+    /// nothing for a tiled one or rows past the end.
+    pub fn plain_rows(&self, r0: usize, r1: usize, out: &mut Vec<f32>) {
+        if self.layout.layout != Layout::Plain || r1 > self.layout.rows as usize || r0 > r1 {
+            return;
+        }
+        let k = self.layout.k as usize;
+        let dtype = self.layout.dtype.as_str();
+        let size = match dtype {
+            "F32" => 4,
+            _ => 2,
+        };
+        let Some(bytes) = self.data.get(r0 * k * size..r1 * k * size) else {
+            return;
+        };
+        out.extend(bytes.chunks_exact(size).map(|ch| match dtype {
+            "F32" => f32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]),
+            "F16" => f16::from_le_bytes([ch[0], ch[1]]).to_f32(),
+            _ => bf16::from_le_bytes([ch[0], ch[1]]).to_f32(),
+        }));
     }
 }
 

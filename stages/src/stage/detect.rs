@@ -68,7 +68,7 @@ impl Stage for DetectStage {
 }
 
 /// The detect stage's view of a GGUF reference: its architecture and the name-map dimensions.
-fn reference_of<'a>(g: &'a GgufFile, geometry: Option<&Geometry>) -> Reference<'a> {
+pub(crate) fn reference_of<'a>(g: &'a GgufFile, geometry: Option<&Geometry>) -> Reference<'a> {
     let arch = g.architecture().unwrap_or_default().to_string();
     let meta = |key: &str| g.meta(&format!("{arch}.{key}")).and_then(|v| v.as_u64());
     let hidden = geometry

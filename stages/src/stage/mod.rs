@@ -9,6 +9,7 @@ pub mod detect;
 pub mod fetch;
 pub mod kernels;
 pub mod repack;
+pub mod repair;
 pub mod semantics;
 pub mod verify;
 

@@ -35,13 +35,17 @@ pub struct RepackStage {
     pub revision: Option<String>,
     /// The GGUF reference, when verification had one.
     pub reference: Option<PathBuf>,
+    /// Pack the repair stage's bytes, layouts and verdict instead of the repository's.
+    pub repaired: bool,
 }
 
 impl RepackStage {
     /// Bumped whenever the pack written for the same input can change.
     /// v5: the model spec's FFN width is the family's padded width (qwen2: a multiple of 512), as
     /// the pack's tensors hold it.
-    pub const VERSION: u32 = 5;
+    /// v6: a repaired pack's manifest lists what the repair stage rebuilt (verification and
+    /// decisions), and the pack holds the repaired bytes when the graph repairs.
+    pub const VERSION: u32 = 6;
 }
 
 impl Stage for RepackStage {
@@ -55,13 +59,24 @@ impl Stage for RepackStage {
         serde_json::json!({ "format": FORMAT, "version": VERSION })
     }
     fn inputs(&self) -> Vec<Input> {
-        let mut v = vec![
-            Input::external("model", self.dir.join("model.q4nx")),
-            Input::external("tokenizer", self.dir.join("tokenizer.json")),
-            Input::artifact("semantics", "semantics", "semantics.json"),
-            Input::artifact("layouts", "detect", "layouts.json"),
-            Input::artifact("verification", "verify", "verification"),
-        ];
+        let mut v = if self.repaired {
+            vec![
+                Input::artifact("model", "repair", "model.q4nx"),
+                Input::artifact("layouts", "repair", "layouts.json"),
+                Input::artifact("verification", "repair", "verification"),
+            ]
+        } else {
+            vec![
+                Input::external("model", self.dir.join("model.q4nx")),
+                Input::artifact("layouts", "detect", "layouts.json"),
+                Input::artifact("verification", "verify", "verification"),
+            ]
+        };
+        v.push(Input::external(
+            "tokenizer",
+            self.dir.join("tokenizer.json"),
+        ));
+        v.push(Input::artifact("semantics", "semantics", "semantics.json"));
         v.extend(self.extra.iter().cloned());
         v
     }
@@ -117,6 +132,7 @@ impl Stage for RepackStage {
         };
         let mut all_decisions: Vec<String> = sem.decisions.iter().map(|d| d.to_string()).collect();
         all_decisions.extend(decisions);
+        all_decisions.extend(verdict.repaired.iter().map(|r| format!("repaired {r}")));
         let mut manifest = Manifest {
             format: FORMAT.into(),
             version: VERSION,
@@ -133,6 +149,7 @@ impl Stage for RepackStage {
             verification: Verification {
                 verified: verdict.verified,
                 summary: verdict.summary.clone(),
+                repaired: verdict.repaired.clone(),
             },
             chat_template,
             decisions: all_decisions,

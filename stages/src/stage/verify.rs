@@ -1,17 +1,19 @@
 //! The verify stage: every tensor against the GGUF reference and the tied head against the
 //! embedding, by the rules of [`crate::verify`]; the `verification` table and the pack verdict.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use onebit_pipeline::{Input, Stage, StageContext, StageError};
 
+use super::semantics::semantics_of_dir;
 use super::write_parquet;
 use crate::error::{Error, Result};
 use crate::format::gguf::GgufFile;
 use crate::format::q4nx::Container;
 use crate::layout::TensorLayout;
 use crate::layout::geometry::Geometry;
-use crate::verify::{VerifyRow, run_verify};
+use crate::verify::rope::ROPE_FREQS;
+use crate::verify::{PackVerdict, VerifyRow, run_verify};
 
 /// The verify stage: every tensor against the GGUF reference and the tied head against the
 /// embedding (see [`crate::verify`]).
@@ -30,7 +32,9 @@ impl VerifyStage {
     /// v3: the tied-head fit of a head with signed codes is bounded by the symmetric 4-bit floor
     /// too (a symmetric head requantized from an asymmetric embedding failed the seed's floor);
     /// FFN-padded tensors (qwen2) are compared on their GGUF's extent, the padding required zero.
-    pub const VERSION: u32 = 3;
+    /// v4: a pack's `rope_freqs.weight` is compared with its GGUF twin and with the divisors
+    /// config.json's RoPE implies.
+    pub const VERSION: u32 = 4;
 }
 
 impl Stage for VerifyStage {
@@ -72,27 +76,83 @@ impl Stage for VerifyStage {
             Some(_) => Some(GgufFile::open(ctx.input("reference")?)?),
             None => None,
         };
-        let (rows, verdict) = run_verify(
+        let config = match &self.config {
+            Some(_) => Some(ctx.input("config")?.to_path_buf()),
+            None => None,
+        };
+        let (rows, verdict) = verify_container(
             &container,
             &layouts,
             geometry.as_ref(),
             gguf.as_ref(),
+            config.as_deref(),
             self.tie_rows,
         )?;
-        let dir = ctx.output("verification");
-        std::fs::create_dir_all(&dir)?;
-        write_parquet(
-            &dir.join("verification.parquet"),
-            "verification",
-            &verification_table(&rows)?,
-        )?;
-        std::fs::write(
-            dir.join("verdict.json"),
-            serde_json::to_vec_pretty(&verdict)?,
-        )?;
+        write_verification(&ctx.output("verification"), &rows, &verdict)?;
         tracing::info!(verdict = %verdict.summary);
         Ok(())
     }
+}
+
+/// Verifies `container` by [`run_verify`]; `config` is the repository's config.json, whose
+/// semantics give the RoPE a pack's `rope_freqs.weight` must match (derived only for such a pack).
+pub(crate) fn verify_container(
+    container: &Container,
+    layouts: &[TensorLayout],
+    geometry: Option<&Geometry>,
+    gguf: Option<&GgufFile>,
+    config: Option<&Path>,
+    tie_rows: u64,
+) -> Result<(Vec<VerifyRow>, PackVerdict)> {
+    let rope = if layouts.iter().any(|l| l.name == ROPE_FREQS) {
+        match config {
+            Some(config) => match config.parent().map(semantics_of_dir) {
+                Some(Ok(sem)) => sem
+                    .rope
+                    .get("full")
+                    .or_else(|| sem.rope.values().next())
+                    .cloned()
+                    .ok_or_else(|| "the semantics have no RoPE".to_string()),
+                Some(Err(e)) => Err(format!("the semantics refused config.json: {e}")),
+                None => Err("config.json has no folder".to_string()),
+            },
+            None => Err("no config.json".to_string()),
+        }
+    } else {
+        Err("not needed".to_string())
+    };
+    run_verify(
+        container,
+        layouts,
+        geometry,
+        gguf,
+        rope.as_ref().map_err(String::as_str),
+        tie_rows,
+    )
+}
+
+/// Writes the `verification` table and `verdict.json` into `dir`.
+pub(crate) fn write_verification(
+    dir: &Path,
+    rows: &[VerifyRow],
+    verdict: &PackVerdict,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        op: "create",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    write_parquet(
+        &dir.join("verification.parquet"),
+        "verification",
+        &verification_table(rows)?,
+    )?;
+    let json = serde_json::to_vec_pretty(verdict).map_err(|e| Error::Internal(e.to_string()))?;
+    std::fs::write(dir.join("verdict.json"), json).map_err(|source| Error::Io {
+        op: "write",
+        path: dir.join("verdict.json"),
+        source,
+    })
 }
 
 /// The `verification` table.

@@ -16,6 +16,9 @@ use crate::format::tiles::{Codes, TileKind};
 use crate::layout::geometry::{Geometry, ffn_pad_of};
 use crate::layout::reader::{TensorRows, TiledReader};
 use crate::layout::{Layout, TensorLayout};
+use crate::semantics::Rope;
+
+pub mod rope;
 
 /// A verdict of one comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +125,12 @@ pub struct PackVerdict {
     pub flagged: usize,
     /// One line for logs and the CLI.
     pub summary: String,
+    /// Tensors the repair stage rebuilt (each `name <- source`), when it ran.
+    #[serde(default)]
+    pub repaired: Vec<String>,
+    /// For a refused pack: what `--repair` would rebuild and from what.
+    #[serde(default)]
+    pub repair: Option<String>,
 }
 
 /// Streaming sums for the metrics of verification.md §3 (f64).
@@ -746,6 +755,8 @@ pub fn pack_verdict(layouts: &[TensorLayout], rows: &[VerifyRow]) -> PackVerdict
         passed,
         flagged,
         summary,
+        repaired: Vec::new(),
+        repair: None,
     }
 }
 
@@ -762,13 +773,37 @@ pub fn arch_of_model_type(model_type: &str) -> &str {
 }
 
 /// Runs verification with dimensions from the config (and the GGUF's RoPE dimension when stated).
+/// `rope` is the semantics' RoPE of full-attention layers (or why there is none), the reference
+/// of a pack's `rope_freqs.weight` besides its GGUF twin.
 pub fn run_verify(
     container: &Container,
     layouts: &[TensorLayout],
     geometry: Option<&Geometry>,
     gguf: Option<&GgufFile>,
+    rope: std::result::Result<&Rope, &str>,
     tie_rows: u64,
 ) -> Result<(Vec<VerifyRow>, PackVerdict)> {
+    let (arch, map) = reference_dims(geometry, gguf);
+    let dims = VerifyDims { map };
+    let (mut rows, _) = verify_pack(container, layouts, gguf, &arch, dims, tie_rows)?;
+    for l in layouts.iter().filter(|l| l.name == rope::ROPE_FREQS) {
+        rows.push(rope::rope_freqs_row(container, l, rope)?);
+    }
+    let mut verdict = pack_verdict(layouts, &rows);
+    // A refusal says what `--repair` would rebuild, and from what.
+    if !verdict.failing.is_empty() {
+        let (planned, refused) = crate::repair::plan(layouts, gguf, &arch, map);
+        if let Some(h) = crate::repair::hint(&planned, &refused) {
+            verdict.summary = format!("{}; {h}", verdict.summary);
+            verdict.repair = Some(h);
+        }
+    }
+    Ok((rows, verdict))
+}
+
+/// The family (GGUF architecture, else the config's `model_type`) and the name map's dimensions,
+/// from the config geometry and the GGUF's own keys where the config is silent.
+pub fn reference_dims(geometry: Option<&Geometry>, gguf: Option<&GgufFile>) -> (String, MapDims) {
     let arch = gguf
         .and_then(|g| g.architecture().map(str::to_string))
         .or_else(|| geometry.map(|g| arch_of_model_type(&g.model_type).to_string()))
@@ -790,15 +825,15 @@ pub fn run_verify(
         .or_else(|| meta("attention.key_length"))
         .unwrap_or(hidden / heads.max(1));
     let rope_dim = meta("rope.dimension_count").unwrap_or(head_dim);
-    let dims = VerifyDims {
-        map: MapDims {
+    (
+        arch,
+        MapDims {
             hidden,
             heads,
             rope_dim,
             head_dim,
         },
-    };
-    verify_pack(container, layouts, gguf, &arch, dims, tie_rows)
+    )
 }
 
 #[cfg(test)]

@@ -111,6 +111,12 @@ pub fn twin(arch: &str, name: &str, dims: MapDims, has: impl Fn(&str) -> bool) -
     if name == "model.norm.weight" {
         return Some(plain("output_norm.weight".into(), "final norm"));
     }
+    if name == "rope_freqs.weight" {
+        return Some(plain(
+            "rope_freqs.weight".into(),
+            "RoPE frequency divisors (llama3 scaling)",
+        ));
+    }
     let rest = name.strip_prefix("model.layers.")?;
     let (n, field) = rest.split_once('.')?;
     let n: u64 = n.parse().ok()?;

@@ -1,10 +1,12 @@
-//! Placing quantization groups into tiles: the inverse of the decoders in [`onebit_stages::format::tiles`], on the
+//! Placing quantization groups into tiles: the inverse of the decoders in [`crate::format::tiles`], on the
 //! same [`Lanes`] geometry (q4nx-format §2, "General 4-bit formula"). A tensor is laid out as
 //! row blocks of `R` rows, each a run of `CT = ceil(K/C)` tiles; columns past K stay zero, so
 //! padding decodes to exactly 0 (§4).
 
-use super::groups::Group;
-use onebit_stages::format::tiles::{Codes, TileKind};
+pub mod groups;
+
+use crate::format::tiles::{Codes, TileKind};
+use groups::Group;
 
 /// Which tile kinds the converter writes, and how their zero-point plane is filled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,7 +94,7 @@ mod tests {
     /// exactly the values the groups stand for.
     #[test]
     fn encoder_is_the_decoders_inverse() {
-        for kind in onebit_stages::format::tiles::ALL_KINDS
+        for kind in crate::format::tiles::ALL_KINDS
             .into_iter()
             .filter(|&k| writable(k))
         {

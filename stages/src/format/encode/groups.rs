@@ -4,9 +4,9 @@
 
 use half::{bf16, f16};
 
-use onebit_stages::format::gguf::GgmlType;
-use onebit_stages::format::native::{NativeCopy, native_copy};
-use onebit_stages::format::tiles::Codes;
+use crate::format::gguf::GgmlType;
+use crate::format::native::{NativeCopy, native_copy};
+use crate::format::tiles::Codes;
 
 /// One quantization group as a tile stores it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,7 +170,9 @@ fn codes_q41(x: &[f32], d: f32, m: f32, w: Option<&[f32]>) -> ([u8; 32], f32) {
 /// Clipping steps tried at each end of the block's range (in 1/48ths of the range).
 const CLIP_STEPS: usize = 4;
 
-pub(crate) fn quantize_q41(x: &[f32], w: Option<&[f32]>) -> Group {
+/// One 32-value group quantized with a zero-point (Q4_1 rule, min/max with a small clipping
+/// search, optionally weighted by `w`); GPTQ calls it per group as it compensates.
+pub fn quantize_q41(x: &[f32], w: Option<&[f32]>) -> Group {
     let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
     for &v in x {
         lo = lo.min(v);

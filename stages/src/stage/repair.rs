@@ -1,0 +1,223 @@
+//! The repair stage (`--repair`): every tensor verification failed with the broken-conversion
+//! signature, rebuilt from a provable source ([`crate::repair`]) into the tile kind and layout the
+//! pack used for it, written into a copy of `model.q4nx` that differs from the original only in
+//! those tensors' bytes; the copy is detected and verified again like any pack.
+//!
+//! Outputs: `model.q4nx` (the repaired container), `layouts.json` and `verification/` (detect
+//! and verify of the repaired bytes), `repairs.json` (what was rebuilt, from what, with the
+//! error). A pack with nothing to repair passes through unchanged (its model linked, its layouts
+//! and verdict copied). A broken tensor with no provable source fails the stage naming it.
+
+use std::io::{Seek, SeekFrom, Write};
+use std::path::PathBuf;
+
+use onebit_pipeline::{Input, Stage, StageContext, StageError};
+
+use super::detect::reference_of;
+use super::verify::{verify_container, write_verification};
+use crate::error::{Error, IoContext};
+use crate::format::gguf::GgufFile;
+use crate::format::q4nx::Container;
+use crate::layout::TensorLayout;
+use crate::layout::detect::detect_pack_with;
+use crate::layout::geometry::Geometry;
+use crate::repair::{Repaired, is_broken, plan, rebuild};
+use crate::verify::{PackVerdict, reference_dims};
+
+/// The repair stage.
+pub struct RepairStage {
+    /// Inputs every stage of the graph shares (the fetch record).
+    pub(crate) extra: Vec<Input>,
+    pub(crate) model: PathBuf,
+    pub(crate) config: Option<PathBuf>,
+    pub(crate) reference: Option<PathBuf>,
+    pub(crate) tie_rows: u64,
+}
+
+impl RepairStage {
+    /// Bumped whenever the repaired bytes or the verdict written for the same input can change.
+    pub const VERSION: u32 = 1;
+}
+
+impl Stage for RepairStage {
+    fn name(&self) -> &str {
+        "repair"
+    }
+    fn version(&self) -> u32 {
+        Self::VERSION
+    }
+    fn params(&self) -> serde_json::Value {
+        serde_json::json!({ "tie_rows": self.tie_rows })
+    }
+    fn inputs(&self) -> Vec<Input> {
+        let mut v = vec![
+            Input::external("model", &self.model),
+            Input::artifact("layouts", "detect", "layouts.json"),
+            Input::artifact("verification", "verify", "verification"),
+        ];
+        if let Some(c) = &self.config {
+            v.push(Input::external("config", c));
+        }
+        if let Some(r) = &self.reference {
+            v.push(Input::external("reference", r));
+        }
+        v.extend(self.extra.iter().cloned());
+        v
+    }
+    fn outputs(&self) -> Vec<String> {
+        vec![
+            "model.q4nx".into(),
+            "layouts.json".into(),
+            "verification".into(),
+            "repairs.json".into(),
+        ]
+    }
+    fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
+        let model = ctx.input("model")?.to_path_buf();
+        let container = Container::open(&model)?;
+        let layouts: Vec<TensorLayout> =
+            serde_json::from_slice(&std::fs::read(ctx.input("layouts")?)?)?;
+        let geometry = match &self.config {
+            Some(_) => Some(Geometry::from_file(ctx.input("config")?)?),
+            None => None,
+        };
+        let gguf = match &self.reference {
+            Some(_) => Some(GgufFile::open(ctx.input("reference")?)?),
+            None => None,
+        };
+        let config = match &self.config {
+            Some(_) => Some(ctx.input("config")?.to_path_buf()),
+            None => None,
+        };
+        let (arch, dims) = reference_dims(geometry.as_ref(), gguf.as_ref());
+        let (planned, refused) = plan(&layouts, gguf.as_ref(), &arch, dims);
+        if let Some(first) = refused.first() {
+            return Err(Error::Refused {
+                file: model.clone(),
+                tensor: first.tensor.clone(),
+                reason: format!(
+                    "--repair cannot rebuild it: {}{}",
+                    first.why,
+                    if refused.len() > 1 {
+                        format!(
+                            " (and {})",
+                            refused[1..]
+                                .iter()
+                                .map(|u| format!("{}: {}", u.tensor, u.why))
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        )
+                    } else {
+                        String::new()
+                    }
+                ),
+            }
+            .into());
+        }
+        let out_model = ctx.output("model.q4nx");
+        let verification = ctx.output("verification");
+        if planned.is_empty() {
+            // Nothing broken: the pack passes through as it is.
+            let real = std::fs::canonicalize(&model)?;
+            if std::fs::hard_link(&real, &out_model).is_err() {
+                std::fs::copy(&real, &out_model)?;
+            }
+            std::fs::copy(ctx.input("layouts")?, ctx.output("layouts.json"))?;
+            let from = ctx.input("verification")?.to_path_buf();
+            std::fs::create_dir_all(&verification)?;
+            for f in ["verification.parquet", "verdict.json"] {
+                std::fs::copy(from.join(f), verification.join(f))?;
+            }
+            std::fs::write(ctx.output("repairs.json"), b"[]\n")?;
+            return Ok(());
+        }
+
+        // Rebuild every planned tensor, then patch a copy of the container in place: same
+        // offsets, same sizes, every other byte the original's.
+        let mut patches = Vec::new();
+        let mut repaired: Vec<Repaired> = Vec::new();
+        for p in &planned {
+            let l = layouts
+                .iter()
+                .find(|l| l.name == p.tensor)
+                .ok_or_else(|| Error::Internal(format!("no layout for {}", p.tensor)))?;
+            let info = container
+                .tensor(&p.tensor)
+                .ok_or_else(|| Error::Internal(format!("no tensor {}", p.tensor)))?;
+            let (bytes, report) = rebuild(&container, &layouts, l, p, gguf.as_ref(), &arch, dims)?;
+            if bytes.len() as u64 != info.nbytes() {
+                return Err(Error::Internal(format!(
+                    "{}: rebuilt {} bytes for {}",
+                    p.tensor,
+                    bytes.len(),
+                    info.nbytes()
+                ))
+                .into());
+            }
+            tracing::info!(tensor = %report.tensor, source = %report.source, rel_l2 = report.rel_l2, "repaired");
+            patches.push((container.header().data_start() + info.begin, bytes));
+            repaired.push(report);
+        }
+        std::fs::copy(&model, &out_model).at("copy", &out_model)?;
+        {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&out_model)
+                .at("open", &out_model)?;
+            for (offset, bytes) in &patches {
+                f.seek(SeekFrom::Start(*offset)).at("seek", &out_model)?;
+                f.write_all(bytes).at("write", &out_model)?;
+            }
+            f.sync_all().at("sync", &out_model)?;
+        }
+
+        // The repaired bytes are judged like any pack's: detected and verified again.
+        let fixed = Container::open(&out_model)?;
+        let reference = gguf.as_ref().map(|g| reference_of(g, geometry.as_ref()));
+        let fixed_layouts = detect_pack_with(&fixed, geometry.as_ref(), reference.as_ref())?;
+        if let Some(l) = fixed_layouts
+            .iter()
+            .find(|l| is_broken(l) && repaired.iter().any(|r| r.tensor == l.name))
+        {
+            return Err(Error::Internal(format!(
+                "{} still carries the broken-conversion signature after its rebuild",
+                l.name
+            ))
+            .into());
+        }
+        let (rows, mut verdict): (_, PackVerdict) = verify_container(
+            &fixed,
+            &fixed_layouts,
+            geometry.as_ref(),
+            gguf.as_ref(),
+            config.as_deref(),
+            self.tie_rows,
+        )?;
+        verdict.repaired = repaired
+            .iter()
+            .map(|r| format!("{} <- {}", r.tensor, r.source))
+            .collect();
+        verdict.summary = format!(
+            "repaired {} tensor{} ({}); {}",
+            repaired.len(),
+            if repaired.len() == 1 { "" } else { "s" },
+            repaired
+                .iter()
+                .map(|r| r.tensor.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            verdict.summary
+        );
+        std::fs::write(
+            ctx.output("layouts.json"),
+            serde_json::to_vec_pretty(&fixed_layouts)?,
+        )?;
+        write_verification(&verification, &rows, &verdict)?;
+        std::fs::write(
+            ctx.output("repairs.json"),
+            serde_json::to_vec_pretty(&repaired)?,
+        )?;
+        tracing::info!(verdict = %verdict.summary);
+        Ok(())
+    }
+}
