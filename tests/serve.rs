@@ -46,13 +46,19 @@ fn serve(extra: &[&str]) -> Served {
          {% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
     )
     .expect("template");
+    serve_repo(home, &repo, &fixture("llama-q41/model.gguf"), extra)
+}
+
+/// Serves the repository folder `repo` (verified against `reference`) with `extra` arguments,
+/// its store under `home`; returns once `/health` says ready.
+fn serve_repo(home: tempfile::TempDir, repo: &Path, reference: &Path, extra: &[&str]) -> Served {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"));
     cmd.env("ONEBIT_HOME", home.path().join("home"))
         .env("HF_HUB_OFFLINE", "1")
         .args(["serve", "--port", "0", "--path"])
-        .arg(&repo)
+        .arg(repo)
         .arg("--reference")
-        .arg(fixture("llama-q41/model.gguf"))
+        .arg(reference)
         .args(extra);
     let (child, addr) = support::spawn_server(cmd);
     let s = Served {
@@ -423,4 +429,79 @@ fn serve_refuses_the_npu_by_name_when_there_is_none() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no XDNA NPU found: /dev/accel"), "{err}");
+}
+
+/// An LFM2 pack (the transformers oracle's Q4_0 GGUF, converted) under continuous batching:
+/// completions sent all at once share forward batches, and each must be exactly its answer when
+/// sent alone, so every sequence kept its own convolution state; a finished slot's state is
+/// cleared for the next request (the solo answers run one after another in the same slots). The
+/// chat request answers the oracle's greedy continuation (transformers on the same weights).
+#[test]
+fn lfm2_sequences_keep_their_own_convolution_state_under_continuous_batching() {
+    let home = tempfile::tempdir().expect("tmp");
+    let gguf = support::oracle("lfm2").join("model-q4_0.gguf");
+    let repo = home.path().join("lfm2");
+    onebit_convert::convert(&gguf, &repo, &onebit_convert::ConvertOptions::default())
+        .expect("convert");
+    let s = serve_repo(home, &repo, &gguf, &["--parallel", "4"]);
+    let prompts = [
+        "Tokyo is the capital",
+        "Berlin",
+        "Der Hund",
+        "def f(x): return",
+        "12 + 30 =",
+        "La ville",
+    ];
+    let ask = |p: &str| {
+        let (st, v) = s.post("/v1/completions", &completion(p, 24, false));
+        assert_eq!(st, 200, "{v}");
+        v["choices"][0]["text"].as_str().expect("text").to_string()
+    };
+    let passes = || s.metric("onebit_batch_rows_count");
+    let p0 = passes();
+    let alone: Vec<String> = prompts.iter().map(|p| ask(p)).collect();
+    let p1 = passes();
+    let together: Vec<String> = std::thread::scope(|sc| {
+        let hs: Vec<_> = prompts.iter().map(|p| sc.spawn(move || ask(p))).collect();
+        hs.into_iter().map(|h| h.join().expect("client")).collect()
+    });
+    let p2 = passes();
+    assert_eq!(together, alone);
+    // Sharing forward passes is what makes it continuous batching (one pass per token alone).
+    assert!(
+        p2 - p1 < p1 - p0,
+        "{} passes together vs {} alone",
+        p2 - p1,
+        p1 - p0
+    );
+    assert!(
+        alone
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            > 1,
+        "different prompts, different answers: {alone:?}"
+    );
+    let reference = support::oracle_reference("lfm2");
+    let greedy = &reference["greedy"]["q4_0"];
+    let want = greedy["ids"].as_array().expect("ids").len();
+    let (st, v) = s.post(
+        "/v1/chat/completions",
+        &json!({
+            "messages": [{"role": "user", "content": greedy["content"]}],
+            "max_tokens": want,
+            "temperature": 0,
+        }),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v["usage"]["prompt_tokens"].as_u64(),
+        Some(greedy["prompt_ids"].as_array().expect("prompt ids").len() as u64),
+        "{v}"
+    );
+    assert_eq!(
+        v["choices"][0]["message"]["content"].as_str(),
+        greedy["text"].as_str(),
+        "{v}"
+    );
 }

@@ -250,6 +250,42 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
                 )),
             }
         }
+        "lfm2" => {
+            set(&mut c, "model_type", json!("lfm2"));
+            set(&mut c, "architectures", json!(["Lfm2ForCausalLM"]));
+            // LFM2 reads norm_eps; its MLP is always SwiGLU.
+            if let Some(o) = c.as_object_mut() {
+                o.remove("rms_norm_eps");
+            }
+            set(&mut c, "norm_eps", json!(eps));
+            let types: Vec<&str> = d
+                .attention_layers
+                .iter()
+                .map(|&a| if a { "full_attention" } else { "conv" })
+                .collect();
+            dec.push(format!(
+                "layer_types={} conv, {} full_attention <- {a}.attention.head_count_kv (0 on convolution layers)",
+                types.iter().filter(|t| **t == "conv").count(),
+                types.iter().filter(|t| **t == "full_attention").count()
+            ));
+            set(&mut c, "layer_types", json!(types));
+            let l_cache = u("shortconv.l_cache").unwrap_or(3);
+            dec.push(format!(
+                "conv_L_cache={l_cache} <- {}",
+                if u("shortconv.l_cache").is_some() {
+                    format!("{a}.shortconv.l_cache")
+                } else {
+                    format!("default ({a}.shortconv.l_cache absent)")
+                }
+            ));
+            set(&mut c, "conv_L_cache", json!(l_cache));
+            set(&mut c, "conv_bias", json!(false));
+            // The GGUF's feed_forward_length is the width after LFM2's auto-adjustment.
+            set(&mut c, "block_auto_adjust_ff_dim", json!(false));
+            dec.push(format!(
+                "intermediate_size={ffn}, block_auto_adjust_ff_dim=false <- {a}.feed_forward_length (llama.cpp writes the adjusted width)"
+            ));
+        }
         _ => {}
     }
     if let Some(p) = g
@@ -299,8 +335,24 @@ pub fn with_user_config(
     // A text_config (multimodal wrappers) holds the text model's keys.
     let text = user.get("text_config").and_then(Value::as_object);
     let get = |k: &str| user.get(k).or_else(|| text.and_then(|t| t.get(k)));
+    // LFM2 states its FFN width before the auto-adjustment the model applies.
+    let lfm2_ffn =
+        (get("block_auto_adjust_ff_dim").and_then(Value::as_bool) == Some(true)).then(|| {
+            let base = get("block_ff_dim")
+                .or_else(|| get("intermediate_size"))
+                .and_then(Value::as_u64)?;
+            let mult = get("block_ffn_dim_multiplier").and_then(Value::as_f64)?;
+            let m = get("block_multiple_of").and_then(Value::as_u64)?;
+            Some(json!(onebit_stages::layout::geometry::lfm2_ffn_width(
+                base, mult, m
+            )))
+        });
     for k in SHAPE_KEYS {
-        if let (Some(u), Some(o)) = (get(k), ours.get(k))
+        let u = match (k, &lfm2_ffn) {
+            ("intermediate_size", Some(Some(w))) => Some(w),
+            _ => get(k),
+        };
+        if let (Some(u), Some(o)) = (u, ours.get(k))
             && u.as_f64() != o.as_f64()
         {
             return Err(super::refuse(

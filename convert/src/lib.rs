@@ -29,7 +29,7 @@ use rayon::prelude::*;
 use groups::{Group, Method};
 use onebit_stages::error::{Error, IoContext, Result};
 use onebit_stages::format::gguf::names::{self, MapDims, RowMap};
-use onebit_stages::format::gguf::{GgmlType, GgufFile, GgufTensor};
+use onebit_stages::format::gguf::{GgmlType, GgufFile, GgufTensor, MetaValue};
 use onebit_stages::format::q4nx::Dtype;
 use onebit_stages::format::q4nx::writer::{self, Entry};
 use onebit_stages::format::tiles::{Codes, TileKind};
@@ -126,7 +126,7 @@ pub struct ConvertReport {
 }
 
 /// Families the converter writes. Others are refused by name.
-pub const FAMILIES: [&str; 5] = ["llama", "qwen2", "qwen3", "gemma3", "hunyuan-dense"];
+pub const FAMILIES: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "hunyuan-dense", "lfm2"];
 
 fn refuse(gguf: &Path, tensor: &str, reason: impl Into<String>) -> Error {
     Error::Refused {
@@ -165,8 +165,11 @@ pub struct Dims {
     pub layers: u64,
     /// Attention heads.
     pub heads: u64,
-    /// KV heads.
+    /// KV heads (of the attention layers, where a hybrid lists 0 for the others).
     pub kv_heads: u64,
+    /// Per layer, whether it has attention (a hybrid's per-layer `attention.head_count_kv` is 0
+    /// on its convolution layers); all true for a scalar count.
+    pub attention_layers: Vec<bool>,
     /// Head dim (key length).
     pub head_dim: u64,
     /// RoPE dimension count.
@@ -184,13 +187,42 @@ impl Dims {
         let opt = |k: &str| g.meta(&format!("{arch}.{k}")).and_then(|v| v.as_u64());
         let hidden = need("embedding_length")?;
         let heads = need("attention.head_count")?;
+        let layers = need("block_count")?;
         let head_dim = opt("attention.key_length").unwrap_or(hidden / heads.max(1));
+        // A hybrid (LFM2) writes the KV head count per layer, 0 where a layer has no attention.
+        let (kv_heads, attention_layers) = match g.meta(&format!("{arch}.attention.head_count_kv"))
+        {
+            Some(MetaValue::Array(per)) => {
+                let per: Vec<u64> = per.iter().filter_map(MetaValue::as_u64).collect();
+                if per.len() as u64 != layers {
+                    return Err(refuse(
+                        g.path(),
+                        &format!("{arch}.attention.head_count_kv"),
+                        format!("{} entries for {layers} layers", per.len()),
+                    ));
+                }
+                let kv = per.iter().copied().max().unwrap_or(0);
+                if per.iter().any(|&k| k != 0 && k != kv) {
+                    return Err(refuse(
+                        g.path(),
+                        &format!("{arch}.attention.head_count_kv"),
+                        format!("KV head counts differ between layers ({per:?})"),
+                    ));
+                }
+                (kv, per.iter().map(|&k| k != 0).collect())
+            }
+            _ => (
+                opt("attention.head_count_kv").unwrap_or(heads),
+                vec![true; layers as usize],
+            ),
+        };
         Ok(Dims {
             arch: arch.to_string(),
             hidden,
-            layers: need("block_count")?,
+            layers,
             heads,
-            kv_heads: opt("attention.head_count_kv").unwrap_or(heads),
+            kv_heads,
+            attention_layers,
             head_dim,
             rope_dim: opt("rope.dimension_count").unwrap_or(head_dim),
         })
@@ -210,6 +242,25 @@ fn layer_fields(arch: &str) -> &'static [&'static str] {
             "self_attn.o_proj.weight",
             "self_attn.q_norm.weight",
             "self_attn.k_norm.weight",
+            "mlp.gate_proj.weight",
+            "mlp.up_proj.weight",
+            "mlp.down_proj.weight",
+        ]
+    } else if arch == "lfm2" {
+        // Attention layers have self_attn.*, convolution layers shortconv.*; a layer lacks the
+        // other kind's tensors in the GGUF and the plan skips them.
+        &[
+            "input_layernorm.weight",
+            "post_attention_layernorm.weight",
+            "self_attn.q_proj.weight",
+            "self_attn.k_proj.weight",
+            "self_attn.v_proj.weight",
+            "self_attn.o_proj.weight",
+            "self_attn.q_norm.weight",
+            "self_attn.k_norm.weight",
+            "shortconv.in_proj.weight",
+            "shortconv.conv.weight",
+            "shortconv.out_proj.weight",
             "mlp.gate_proj.weight",
             "mlp.up_proj.weight",
             "mlp.down_proj.weight",
@@ -242,8 +293,14 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
         head_dim: d.head_dim,
     };
     let has = |n: &str| g.tensor(n).is_some();
+    // FastFlowLM names LFM2's embedding after the GGUF (q4nx-format §5).
+    let embedding = if d.arch == "lfm2" {
+        "model.token_embd.weight"
+    } else {
+        "model.embed_tokens.weight"
+    };
     let mut wanted = vec![
-        "model.embed_tokens.weight".to_string(),
+        embedding.to_string(),
         "lm_head.weight".to_string(),
         "model.norm.weight".to_string(),
         // llama3 frequency divisors, when the GGUF has them: kept as FastFlowLM's packs keep
@@ -266,7 +323,8 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
         };
         used.insert(t.gguf.clone());
         let two_d = src.dims.len() == 2;
-        let tiled = name != "model.embed_tokens.weight" && two_d;
+        // Embeddings and convolution kernels stay plain BF16 (q4nx-format §2).
+        let tiled = name != embedding && !name.ends_with("shortconv.conv.weight") && two_d;
         let padded = ffn_padded(&d.arch, &name, src.rows(), src.row_len());
         out.push(Planned {
             name,
@@ -310,7 +368,7 @@ fn ffn_padded(arch: &str, name: &str, rows: u64, k: u64) -> (u64, u64) {
 
 /// Resolves `choice` for this model: `auto` takes the symmetric 4,608-byte tiles for Hunyuan
 /// when every quantized source is Q4_0 (FastFlowLM ships Hy-MT2-1.8B-NPU2 in them, q4nx-format
-/// §2; the codes copy natively), else quarter tiles when any tiled weight's K is off the
+/// §2; the codes copy natively), 5120-byte tiles for LFM2 (as every LFM2 repo), else quarter tiles when any tiled weight's K is off the
 /// 256-column grid (FastFlowLM's Gemma3-270M-NPU2: K = 640, all 127 tensors quarter tiles), else
 /// 5120-byte tiles.
 fn resolve_tile(
@@ -339,6 +397,13 @@ fn resolve_tile(
                 );
             }
         }
+    }
+    if choice == TileChoice::Auto && arch == "lfm2" {
+        return (
+            TileChoice::Q4_5120,
+            "tile=q4-5120 <- auto: lfm2 packs ship in 5120-byte tiles (every LFM2/LFM2.5 repo, q4nx-format §7: Q40_5120 from Q4_0, Q41_5120 keeps a Q4_1 source's zero-points), K padded to the 256-column grid where it is off it"
+                .to_string(),
+        );
     }
     match choice {
         TileChoice::Auto => {

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{self, Path as KPath, QMatrix, TileLayout};
 use crate::ops;
 use crate::pack::Pack;
-use crate::spec::{Act, ModelSpec, QkNorm};
+use crate::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm};
 
 /// A weight matrix of the pack: tiles, or plain bf16 rows (embedding, a bf16 head).
 #[derive(Clone, Debug)]
@@ -29,8 +29,8 @@ enum Weight {
     },
 }
 
-struct Layer {
-    attn_norm: Vec<f32>,
+/// The attention weights of one layer.
+struct Attention {
     q: Weight,
     k: Weight,
     v: Weight,
@@ -40,6 +40,30 @@ struct Layer {
     v_bias: Option<Vec<f32>>,
     q_norm: Option<Vec<f32>>,
     k_norm: Option<Vec<f32>>,
+}
+
+/// The gated short convolution of one layer (LFM2, [`Mixer::ShortConv`]).
+struct ShortConv {
+    /// `3H × H`: B, C and x, H rows each.
+    in_proj: Weight,
+    /// `H × H`.
+    out_proj: Weight,
+    /// `[kernel][H]` (transposed from the pack's `[H][kernel]` at load, so every step below runs
+    /// over contiguous channels): tap j of channel c at `j·H + c`, tap `kernel − 1` on the
+    /// current position.
+    taps: Vec<f32>,
+    kernel: usize,
+}
+
+/// What mixes positions in a layer.
+enum Mixing {
+    Attention(Box<Attention>),
+    ShortConv(Box<ShortConv>),
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    mixing: Mixing,
     post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
     post_ffn_norm: Option<Vec<f32>>,
@@ -136,14 +160,18 @@ fn add_gram(g: &mut [f64], x: &[f32], n: usize, k: usize) {
     });
 }
 
-/// The KV cache and position of one sequence.
+/// The KV cache, recurrent state and position of one sequence.
 pub struct Session {
     /// Tokens processed so far.
     pub pos: usize,
     /// Capacity in tokens.
     pub capacity: usize,
+    /// Per layer: cached keys and values (empty for layers without attention).
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
+    /// Per layer: a short-convolution layer's last `kernel − 1` inputs, oldest first, `[tap][H]`
+    /// (empty for other layers). Zero at position 0, as the convolution's causal padding is.
+    conv: Vec<Vec<f32>>,
     /// How many of the best logits the sampler reading this session uses (0 = all of them).
     reads_top: usize,
 }
@@ -157,6 +185,7 @@ impl Session {
             capacity: 0,
             k: Vec::new(),
             v: Vec::new(),
+            conv: Vec::new(),
             reads_top: 0,
         }
     }
@@ -170,9 +199,35 @@ impl Session {
         self.reads_top = k;
     }
 
-    /// Forgets everything after position `pos` (keeps a shared prompt prefix).
-    pub fn truncate(&mut self, pos: usize) {
-        self.pos = self.pos.min(pos);
+    /// Forgets everything after position `pos` (keeps a shared prompt prefix) and returns the
+    /// position kept. Recurrent state (a short-convolution layer's last inputs) holds no history
+    /// to rewind to: a session with such layers goes back to position 0, its state cleared,
+    /// whenever `pos` is before its current position. Truncating to 0 always starts afresh.
+    pub fn truncate(&mut self, pos: usize) -> usize {
+        if pos >= self.pos {
+            return self.pos;
+        }
+        if pos == 0 || self.has_recurrent_state() {
+            for c in &mut self.conv {
+                c.fill(0.0);
+            }
+            self.pos = 0;
+        } else {
+            self.pos = pos;
+        }
+        self.pos
+    }
+
+    /// Whether any layer keeps recurrent state (which cannot be rewound; see
+    /// [`Session::truncate`]).
+    pub fn has_recurrent_state(&self) -> bool {
+        self.conv.iter().any(|c| !c.is_empty())
+    }
+
+    /// A short-convolution layer's state: its last `kernel − 1` inputs, oldest first,
+    /// `[tap][hidden]` (empty for other layers; tests compare states).
+    pub fn conv_state(&self, layer: usize) -> &[f32] {
+        &self.conv[layer]
     }
 
     /// The cached keys of `layer` for positions `< pos` (tests compare caches).
@@ -312,25 +367,55 @@ impl Model {
                 )
             };
             let qk = spec.qk_norm != QkNorm::Off;
+            let mixing = match spec.layers[i].mixer {
+                Mixer::Attention => Mixing::Attention(Box::new(Attention {
+                    q: weight(&n("self_attn.q_proj.weight"), qr, h)?,
+                    k: weight(&n("self_attn.k_proj.weight"), kvr, h)?,
+                    v: weight(&n("self_attn.v_proj.weight"), kvr, h)?,
+                    o: weight(&n("self_attn.o_proj.weight"), h, qr)?,
+                    q_bias: opt_vector(&n("self_attn.q_proj.bias"), false)?,
+                    k_bias: opt_vector(&n("self_attn.k_proj.bias"), false)?,
+                    v_bias: opt_vector(&n("self_attn.v_proj.bias"), false)?,
+                    q_norm: if qk {
+                        Some(vector(&n("self_attn.q_norm.weight"), add1)?)
+                    } else {
+                        None
+                    },
+                    k_norm: if qk {
+                        Some(vector(&n("self_attn.k_norm.weight"), add1)?)
+                    } else {
+                        None
+                    },
+                })),
+                Mixer::ShortConv { kernel } => {
+                    let name = n("shortconv.conv.weight");
+                    let taps = vector(&name, false)?;
+                    if kernel == 0 || taps.len() != h * kernel {
+                        return Err(Error::Pack {
+                            pack: dir.clone(),
+                            what: format!(
+                                "{name}: {} values, expected {h} channels × {kernel} taps",
+                                taps.len()
+                            ),
+                        });
+                    }
+                    let mut by_tap = vec![0f32; h * kernel];
+                    for (c, row) in taps.chunks_exact(kernel).enumerate() {
+                        for (j, &w) in row.iter().enumerate() {
+                            by_tap[j * h + c] = w;
+                        }
+                    }
+                    Mixing::ShortConv(Box::new(ShortConv {
+                        in_proj: weight(&n("shortconv.in_proj.weight"), 3 * h, h)?,
+                        out_proj: weight(&n("shortconv.out_proj.weight"), h, h)?,
+                        taps: by_tap,
+                        kernel,
+                    }))
+                }
+            };
             layers.push(Layer {
                 attn_norm: vector(&n("input_layernorm.weight"), add1)?,
-                q: weight(&n("self_attn.q_proj.weight"), qr, h)?,
-                k: weight(&n("self_attn.k_proj.weight"), kvr, h)?,
-                v: weight(&n("self_attn.v_proj.weight"), kvr, h)?,
-                o: weight(&n("self_attn.o_proj.weight"), h, qr)?,
-                q_bias: opt_vector(&n("self_attn.q_proj.bias"), false)?,
-                k_bias: opt_vector(&n("self_attn.k_proj.bias"), false)?,
-                v_bias: opt_vector(&n("self_attn.v_proj.bias"), false)?,
-                q_norm: if qk {
-                    Some(vector(&n("self_attn.q_norm.weight"), add1)?)
-                } else {
-                    None
-                },
-                k_norm: if qk {
-                    Some(vector(&n("self_attn.k_norm.weight"), add1)?)
-                } else {
-                    None
-                },
+                mixing,
                 post_attn_norm,
                 ffn_norm,
                 post_ffn_norm,
@@ -339,7 +424,11 @@ impl Model {
                 down: weight(&n("mlp.down_proj.weight"), h, f)?,
             });
         }
-        let embed_name = "model.embed_tokens.weight";
+        // FastFlowLM names LFM2's embedding after the GGUF (q4nx-format §5).
+        let embed_name = ["model.embed_tokens.weight", "model.token_embd.weight"]
+            .into_iter()
+            .find(|n| pack.stored(n).is_some())
+            .unwrap_or("model.embed_tokens.weight");
         let es = pack.stored(embed_name).ok_or_else(|| missing(embed_name))?;
         if es.dtype != "BF16" || es.range.len() != spec.vocab * h * 2 {
             return Err(Error::Pack {
@@ -489,7 +578,11 @@ impl Model {
     fn all_weights(&self) -> Vec<&Weight> {
         let mut v = vec![&self.head];
         for l in &self.layers {
-            v.extend([&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down]);
+            match &l.mixing {
+                Mixing::Attention(a) => v.extend([&a.q, &a.k, &a.v, &a.o]),
+                Mixing::ShortConv(c) => v.extend([&c.in_proj, &c.out_proj]),
+            }
+            v.extend([&l.gate, &l.up, &l.down]);
         }
         v
     }
@@ -540,9 +633,17 @@ impl Model {
         })
     }
 
-    /// Bytes of KV cache a `capacity`-token session holds.
+    /// Bytes of KV cache and recurrent state a `capacity`-token session holds.
     pub fn session_bytes(&self, capacity: usize) -> usize {
-        2 * self.layers.len() * capacity * self.spec.kv_rows() * std::mem::size_of::<f32>()
+        let floats: usize = self
+            .layers
+            .iter()
+            .map(|l| match &l.mixing {
+                Mixing::Attention(_) => 2 * capacity * self.spec.kv_rows(),
+                Mixing::ShortConv(c) => (c.kernel - 1) * self.spec.hidden,
+            })
+            .sum();
+        floats * std::mem::size_of::<f32>()
     }
 
     /// A session whose cache pages are all resident now: a server's memory is then fixed when
@@ -561,14 +662,22 @@ impl Model {
     /// A fresh sequence with room for `capacity` tokens.
     pub fn session(&self, capacity: usize) -> Session {
         let kvr = self.spec.kv_rows();
+        let cache = |l: &Layer| match &l.mixing {
+            Mixing::Attention(_) => vec![0f32; capacity * kvr],
+            Mixing::ShortConv(_) => Vec::new(),
+        };
         Session {
             pos: 0,
             capacity,
-            k: (0..self.layers.len())
-                .map(|_| vec![0f32; capacity * kvr])
-                .collect(),
-            v: (0..self.layers.len())
-                .map(|_| vec![0f32; capacity * kvr])
+            k: self.layers.iter().map(cache).collect(),
+            v: self.layers.iter().map(cache).collect(),
+            conv: self
+                .layers
+                .iter()
+                .map(|l| match &l.mixing {
+                    Mixing::Attention(_) => Vec::new(),
+                    Mixing::ShortConv(c) => vec![0f32; (c.kernel - 1) * self.spec.hidden],
+                })
                 .collect(),
             reads_top: 0,
         }
@@ -689,6 +798,135 @@ impl Model {
         out.unwrap_or_else(|| Err(Error::Internal("the forward pass did not run".into())))
     }
 
+    /// One attention layer's mixing for the rows at `seq_pos` (sequence, position): q/k/v from
+    /// the normed input `hbuf`, biases, q/k norms and RoPE, this pass's keys and values written
+    /// into each session's cache, and the attention over it into `sc.att`.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        li: usize,
+        l: &Attention,
+        ls: &LayerSpec,
+        hbuf: &[f32],
+        sessions: &mut [&mut Session],
+        seq_pos: &[(usize, usize)],
+        sc: &mut AttnScratch,
+    ) -> Result<()> {
+        let sp = &self.spec;
+        let n = seq_pos.len();
+        let (d, nh, nkv) = (sp.head_dim, sp.heads, sp.kv_heads);
+        let (qr, kvr) = (sp.q_rows(), sp.kv_rows());
+        let rope = &sp.ropes[ls.rope];
+        if self.recording() {
+            let lname = |s: &str| format!("model.layers.{li}.{s}");
+            self.record(
+                &[
+                    lname("self_attn.q_proj.weight"),
+                    lname("self_attn.k_proj.weight"),
+                    lname("self_attn.v_proj.weight"),
+                ],
+                hbuf,
+                n,
+            );
+        }
+        let AttnScratch {
+            q,
+            k,
+            v,
+            att,
+            angles,
+        } = sc;
+        self.matmul_many(
+            &[&l.q, &l.k, &l.v],
+            hbuf,
+            n,
+            &mut [&mut q[..], &mut k[..], &mut v[..]],
+        )?;
+        for (buf, bias) in [
+            (&mut *q, &l.q_bias),
+            (&mut *k, &l.k_bias),
+            (&mut *v, &l.v_bias),
+        ] {
+            if let Some(b) = bias {
+                for row in buf.chunks_exact_mut(b.len()) {
+                    for (a, &bb) in row.iter_mut().zip(b) {
+                        *a += bb;
+                    }
+                }
+            }
+        }
+        let norm_heads = |buf: &mut [f32], w: &Option<Vec<f32>>| {
+            if let Some(w) = w {
+                ops::rmsnorm_inplace(buf, w, sp.eps);
+            }
+        };
+        if sp.qk_norm == QkNorm::BeforeRope {
+            norm_heads(q, &l.q_norm);
+            norm_heads(k, &l.k_norm);
+        }
+        let angles = angles[ls.rope].get_or_insert_with(|| {
+            seq_pos
+                .iter()
+                .map(|&(_, p)| ops::rope_angles(p, &rope.inv_freq, rope.attention_factor))
+                .collect()
+        });
+        let rotate = |((qt, kt), a): ((&mut [f32], &mut [f32]), &ops::RopeAngles)| {
+            for head in qt.chunks_exact_mut(d).chain(kt.chunks_exact_mut(d)) {
+                a.rotate(head);
+            }
+        };
+        if n >= PARALLEL_ROWS {
+            q.par_chunks_exact_mut(qr)
+                .zip(k.par_chunks_exact_mut(kvr))
+                .zip(angles.par_iter())
+                .for_each(rotate);
+        } else {
+            q.chunks_exact_mut(qr)
+                .zip(k.chunks_exact_mut(kvr))
+                .zip(angles.iter())
+                .for_each(rotate);
+        }
+        if sp.qk_norm == QkNorm::AfterRope {
+            norm_heads(q, &l.q_norm);
+            norm_heads(k, &l.k_norm);
+        }
+        for (t, &(i, p)) in seq_pos.iter().enumerate() {
+            let s = &mut sessions[i];
+            s.k[li][p * kvr..(p + 1) * kvr].copy_from_slice(&k[t * kvr..(t + 1) * kvr]);
+            s.v[li][p * kvr..(p + 1) * kvr].copy_from_slice(&v[t * kvr..(t + 1) * kvr]);
+        }
+        let caches: Vec<(&[f32], &[f32])> = sessions
+            .iter()
+            .map(|s| (&s.k[li][..], &s.v[li][..]))
+            .collect();
+        let group = nh / nkv.max(1);
+        let q = &*q;
+        att.par_chunks_mut(d).enumerate().for_each(|(idx, out)| {
+            let (t, hh) = (idx / nh, idx % nh);
+            let (i, p) = seq_pos[t];
+            let (kc, vc) = caches[i];
+            let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+            let kvh = hh / group.max(1);
+            let qv = &q[t * qr + hh * d..t * qr + hh * d + d];
+            let mut sc: Vec<f32> = (lo..=p)
+                .map(|j| {
+                    let kj = &kc[j * kvr + kvh * d..j * kvr + kvh * d + d];
+                    let mut s = ops::dot(qv, kj) * sp.attn_scale;
+                    if let Some(cap) = sp.attn_softcap {
+                        s = cap * (s / cap).tanh();
+                    }
+                    s
+                })
+                .collect();
+            ops::softmax(&mut sc);
+            out.fill(0.0);
+            for (j, &w) in (lo..=p).zip(&sc) {
+                ops::axpy(out, w, &vc[j * kvr + kvh * d..j * kvr + kvh * d + d]);
+            }
+        });
+        Ok(())
+    }
+
     fn forward_batch_here(
         &self,
         sessions: &mut [&mut Session],
@@ -730,7 +968,7 @@ impl Model {
                 reason: format!("logits asked for row {w} of {n}"),
             });
         }
-        let (h, d, nh, nkv) = (sp.hidden, sp.head_dim, sp.heads, sp.kv_heads);
+        let h = sp.hidden;
         let (qr, kvr) = (sp.q_rows(), sp.kv_rows());
         let emb = &self.pack.map()[self.embed.clone()];
         let mut x = vec![0f32; n * h];
@@ -750,122 +988,49 @@ impl Model {
             }
         }
         let mut hbuf = vec![0f32; n * h];
-        let mut q = vec![0f32; n * qr];
-        let mut k = vec![0f32; n * kvr];
-        let mut v = vec![0f32; n * kvr];
-        let mut att = vec![0f32; n * qr];
+        let mut scratch = AttnScratch {
+            q: vec![0f32; n * qr],
+            k: vec![0f32; n * kvr],
+            v: vec![0f32; n * kvr],
+            att: vec![0f32; n * qr],
+            // RoPE angles per table and row, made when a layer first needs them.
+            angles: vec![None; sp.ropes.len()],
+        };
         let mut o = vec![0f32; n * h];
         let mut g = vec![0f32; n * sp.ffn];
         let mut u = vec![0f32; n * sp.ffn];
-        // RoPE angles per table and row, made when a layer first needs them.
-        let mut angles: Vec<Option<Vec<ops::RopeAngles>>> = vec![None; sp.ropes.len()];
+        // Short-convolution states as this pass leaves them, written back only when the whole
+        // pass succeeds (a refused pass leaves every session as it was).
+        let mut conv_states: Vec<(usize, Vec<Vec<f32>>)> = Vec::new();
         for (li, (l, ls)) in self.layers.iter().zip(&sp.layers).enumerate() {
-            let rope = &sp.ropes[ls.rope];
             ops::rmsnorm(&x, &l.attn_norm, sp.eps, &mut hbuf);
             let rec = self.recording();
             let lname = |s: &str| format!("model.layers.{li}.{s}");
-            if rec {
-                self.record(
-                    &[
-                        lname("self_attn.q_proj.weight"),
-                        lname("self_attn.k_proj.weight"),
-                        lname("self_attn.v_proj.weight"),
-                    ],
-                    &hbuf,
-                    n,
-                );
-            }
-            self.matmul_many(
-                &[&l.q, &l.k, &l.v],
-                &hbuf,
-                n,
-                &mut [&mut q[..], &mut k[..], &mut v[..]],
-            )?;
-            for (buf, bias) in [
-                (&mut q, &l.q_bias),
-                (&mut k, &l.k_bias),
-                (&mut v, &l.v_bias),
-            ] {
-                if let Some(b) = bias {
-                    for row in buf.chunks_exact_mut(b.len()) {
-                        for (a, &bb) in row.iter_mut().zip(b) {
-                            *a += bb;
-                        }
+            match &l.mixing {
+                Mixing::Attention(a) => {
+                    self.attend(li, a, ls, &hbuf, sessions, &seq_pos, &mut scratch)?;
+                    if rec {
+                        self.record(&[lname("self_attn.o_proj.weight")], &scratch.att, n);
                     }
+                    self.matmul(&a.o, &scratch.att, n, &mut o)?;
+                }
+                Mixing::ShortConv(c) => {
+                    if rec {
+                        self.record(&[lname("shortconv.in_proj.weight")], &hbuf, n);
+                    }
+                    let mut bcx = vec![0f32; n * 3 * h];
+                    self.matmul(&c.in_proj, &hbuf, n, &mut bcx)?;
+                    let mut states: Vec<Vec<f32>> =
+                        sessions.iter().map(|s| s.conv[li].clone()).collect();
+                    let mut y = vec![0f32; n * h];
+                    short_conv(c, h, &bcx, &seq_pos, &mut states, &mut y);
+                    conv_states.push((li, states));
+                    if rec {
+                        self.record(&[lname("shortconv.out_proj.weight")], &y, n);
+                    }
+                    self.matmul(&c.out_proj, &y, n, &mut o)?;
                 }
             }
-            let norm_heads = |buf: &mut [f32], w: &Option<Vec<f32>>| {
-                if let Some(w) = w {
-                    ops::rmsnorm_inplace(buf, w, sp.eps);
-                }
-            };
-            if sp.qk_norm == QkNorm::BeforeRope {
-                norm_heads(&mut q, &l.q_norm);
-                norm_heads(&mut k, &l.k_norm);
-            }
-            let angles = angles[ls.rope].get_or_insert_with(|| {
-                seq_pos
-                    .iter()
-                    .map(|&(_, p)| ops::rope_angles(p, &rope.inv_freq, rope.attention_factor))
-                    .collect()
-            });
-            let rotate = |((qt, kt), a): ((&mut [f32], &mut [f32]), &ops::RopeAngles)| {
-                for head in qt.chunks_exact_mut(d).chain(kt.chunks_exact_mut(d)) {
-                    a.rotate(head);
-                }
-            };
-            if n >= PARALLEL_ROWS {
-                q.par_chunks_exact_mut(qr)
-                    .zip(k.par_chunks_exact_mut(kvr))
-                    .zip(angles.par_iter())
-                    .for_each(rotate);
-            } else {
-                q.chunks_exact_mut(qr)
-                    .zip(k.chunks_exact_mut(kvr))
-                    .zip(angles.iter())
-                    .for_each(rotate);
-            }
-            if sp.qk_norm == QkNorm::AfterRope {
-                norm_heads(&mut q, &l.q_norm);
-                norm_heads(&mut k, &l.k_norm);
-            }
-            for (t, &(i, p)) in seq_pos.iter().enumerate() {
-                let s = &mut sessions[i];
-                s.k[li][p * kvr..(p + 1) * kvr].copy_from_slice(&k[t * kvr..(t + 1) * kvr]);
-                s.v[li][p * kvr..(p + 1) * kvr].copy_from_slice(&v[t * kvr..(t + 1) * kvr]);
-            }
-            let caches: Vec<(&[f32], &[f32])> = sessions
-                .iter()
-                .map(|s| (&s.k[li][..], &s.v[li][..]))
-                .collect();
-            let group = nh / nkv.max(1);
-            att.par_chunks_mut(d).enumerate().for_each(|(idx, out)| {
-                let (t, hh) = (idx / nh, idx % nh);
-                let (i, p) = seq_pos[t];
-                let (kc, vc) = caches[i];
-                let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
-                let kvh = hh / group.max(1);
-                let qv = &q[t * qr + hh * d..t * qr + hh * d + d];
-                let mut sc: Vec<f32> = (lo..=p)
-                    .map(|j| {
-                        let kj = &kc[j * kvr + kvh * d..j * kvr + kvh * d + d];
-                        let mut s = ops::dot(qv, kj) * sp.attn_scale;
-                        if let Some(cap) = sp.attn_softcap {
-                            s = cap * (s / cap).tanh();
-                        }
-                        s
-                    })
-                    .collect();
-                ops::softmax(&mut sc);
-                out.fill(0.0);
-                for (j, &w) in (lo..=p).zip(&sc) {
-                    ops::axpy(out, w, &vc[j * kvr + kvh * d..j * kvr + kvh * d + d]);
-                }
-            });
-            if rec {
-                self.record(&[lname("self_attn.o_proj.weight")], &att, n);
-            }
-            self.matmul(&l.o, &att, n, &mut o)?;
             add_branch(&mut x, &mut o, l.post_attn_norm.as_deref(), sp.eps);
             ops::rmsnorm(&x, &l.ffn_norm, sp.eps, &mut hbuf);
             if rec {
@@ -896,6 +1061,11 @@ impl Model {
             }
             self.matmul(&l.down, &g, n, &mut o)?;
             add_branch(&mut x, &mut o, l.post_ffn_norm.as_deref(), sp.eps);
+        }
+        for (li, states) in conv_states {
+            for (s, st) in sessions.iter_mut().zip(states) {
+                s.conv[li] = st;
+            }
         }
         for (s, &end) in sessions.iter_mut().zip(&next) {
             s.pos = end;
@@ -938,9 +1108,114 @@ impl Model {
     }
 }
 
+/// Per-pass buffers of the attention layers (sized for the pass's rows).
+struct AttnScratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    /// RoPE angles per table and row, made when a layer first needs them.
+    angles: Vec<Option<Vec<ops::RopeAngles>>>,
+}
+
+/// The gated short convolution over the rows at `seq_pos` (rows of one sequence in order):
+/// `bcx` holds each row's `in_proj` output (B, C, x; `h` each), `states[i]` sequence i's last
+/// `kernel − 1` convolution inputs, advanced here row by row, and `y` receives C ⊙ conv(B ⊙ x).
+/// Prefill and token-by-token steps run this same loop, so they leave the same state.
+fn short_conv(
+    c: &ShortConv,
+    h: usize,
+    bcx: &[f32],
+    seq_pos: &[(usize, usize)],
+    states: &mut [Vec<f32>],
+    y: &mut [f32],
+) {
+    let kern = c.kernel;
+    let mut bx = vec![0f32; h];
+    for (t, &(i, _)) in seq_pos.iter().enumerate() {
+        let row = &bcx[t * 3 * h..(t + 1) * 3 * h];
+        let (b, rest) = row.split_at(h);
+        let (gate, xs) = rest.split_at(h);
+        let st = &mut states[i];
+        let yt = &mut y[t * h..(t + 1) * h];
+        // Every step over contiguous channels (vectorized by the compiler).
+        for ((o, &bb), &xx) in bx.iter_mut().zip(b).zip(xs) {
+            *o = bb * xx;
+        }
+        let last = &c.taps[(kern - 1) * h..kern * h];
+        for ((o, &w), &v) in yt.iter_mut().zip(last).zip(&bx) {
+            *o = w * v;
+        }
+        for j in 0..kern - 1 {
+            let (w, past) = (&c.taps[j * h..(j + 1) * h], &st[j * h..(j + 1) * h]);
+            for ((o, &w), &v) in yt.iter_mut().zip(w).zip(past) {
+                *o += w * v;
+            }
+        }
+        for (o, &g) in yt.iter_mut().zip(gate) {
+            *o *= g;
+        }
+        if kern > 1 {
+            st.copy_within(h.., 0);
+            st[(kern - 2) * h..].copy_from_slice(&bx);
+        }
+    }
+}
+
 #[cfg(test)]
 mod gram_tests {
-    use super::add_gram;
+    use super::{ShortConv, Weight, add_gram, short_conv};
+
+    /// The loop against LFM2's definition over a whole sequence: a causal depthwise conv1d
+    /// (padding kernel − 1, the first `len` outputs) of B ⊙ x, times C.
+    #[test]
+    fn short_conv_is_a_causal_depthwise_convolution() {
+        let (h, kern, n) = (5, 3, 7);
+        let val = |i: usize| ((i * 7919 % 97) as f32 - 48.0) / 17.0;
+        // `[H][kernel]` as the pack stores them; the layer holds them `[kernel][H]`.
+        let taps: Vec<f32> = (0..h * kern).map(|i| val(i + 1000)).collect();
+        let mut by_tap = vec![0f32; h * kern];
+        for ch in 0..h {
+            for j in 0..kern {
+                by_tap[j * h + ch] = taps[ch * kern + j];
+            }
+        }
+        let bcx: Vec<f32> = (0..n * 3 * h).map(val).collect();
+        let unused = Weight::Bf16 {
+            rows: 0,
+            k: 0,
+            range: 0..0,
+            scale: 1.0,
+        };
+        let c = ShortConv {
+            in_proj: unused.clone(),
+            out_proj: unused,
+            taps: by_tap,
+            kernel: kern,
+        };
+        let seq: Vec<(usize, usize)> = (0..n).map(|p| (0, p)).collect();
+        let mut states = vec![vec![0f32; (kern - 1) * h]];
+        let mut y = vec![0f32; n * h];
+        short_conv(&c, h, &bcx, &seq, &mut states, &mut y);
+        let bx = |t: usize, ch: usize| (bcx[t * 3 * h + ch] * bcx[t * 3 * h + 2 * h + ch]) as f64;
+        for t in 0..n {
+            for ch in 0..h {
+                let conv: f64 = (0..kern)
+                    .filter(|&j| t + j >= kern - 1)
+                    .map(|j| taps[ch * kern + j] as f64 * bx(t + j + 1 - kern, ch))
+                    .sum();
+                let want = bcx[t * 3 * h + h + ch] as f64 * conv;
+                assert!((y[t * h + ch] as f64 - want).abs() < 1e-4, "[{t}][{ch}]");
+            }
+        }
+        // The state is the last kernel − 1 inputs, oldest first.
+        for j in 0..kern - 1 {
+            for ch in 0..h {
+                let want = bx(n - (kern - 1) + j, ch) as f32;
+                assert!((states[0][j * h + ch] - want).abs() < 1e-5);
+            }
+        }
+    }
 
     #[test]
     fn the_blocked_gram_is_the_plain_sum_of_outer_products() {

@@ -12,7 +12,7 @@ use crate::pack::{
     FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Pack, Provenance, TensorEntry, VERSION,
     Verification,
 };
-use crate::spec::{Act, LayerSpec, ModelSpec, QkNorm, RopeTable};
+use crate::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable};
 
 const H: usize = 128;
 const D: usize = 64;
@@ -43,10 +43,12 @@ fn spec(qk: QkNorm, act: Act, sandwich: bool) -> ModelSpec {
             LayerSpec {
                 window: Some(4),
                 rope: 0,
+                mixer: Mixer::Attention,
             },
             LayerSpec {
                 window: None,
                 rope: 1,
+                mixer: Mixer::Attention,
             },
         ],
         ropes: vec![rope(10_000.0), rope(1_000_000.0)],
@@ -129,6 +131,23 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
             let data = random_matrix(layout, rows, k, s2);
             let tiles = data.len() / layout.bytes;
             tensors.push((n(name), "I8", vec![tiles as u64, layout.bytes as u64], data));
+        }
+        if let Mixer::ShortConv { kernel } = spec.layers[l].mixer {
+            for (name, rows, k) in [
+                ("shortconv.in_proj.weight", 3 * H, H),
+                ("shortconv.out_proj.weight", H, H),
+            ] {
+                s2 += 1;
+                let data = random_matrix(layout, rows, k, s2);
+                let tiles = data.len() / layout.bytes;
+                tensors.push((n(name), "I8", vec![tiles as u64, layout.bytes as u64], data));
+            }
+            tensors.push((
+                n("shortconv.conv.weight"),
+                "BF16",
+                vec![H as u64, kernel as u64],
+                bf(H * kernel, 0.0, 1.5),
+            ));
         }
     }
     if tiled_head {
@@ -214,6 +233,10 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
 fn dims_of(name: &str) -> (usize, usize) {
     if name == "lm_head.weight" {
         (V, H)
+    } else if name.ends_with("shortconv.in_proj.weight") {
+        (3 * H, H)
+    } else if name.ends_with("shortconv.out_proj.weight") {
+        (H, H)
     } else if name.ends_with("q_proj.weight") {
         (NH * D, H)
     } else if name.ends_with("k_proj.weight") || name.ends_with("v_proj.weight") {
@@ -749,5 +772,105 @@ fn evaluate_scores_ids_as_given_or_with_bos_per_chunk() {
     assert!(
         (as_given.nll - replaced.nll).abs() > 1e-6,
         "the first token changes the scores"
+    );
+}
+
+/// A hybrid of short-convolution and attention layers (LFM2's shape).
+fn conv_spec() -> ModelSpec {
+    let mut sp = spec(QkNorm::BeforeRope, Act::Silu, false);
+    let conv = LayerSpec {
+        window: None,
+        rope: 0,
+        mixer: Mixer::ShortConv { kernel: 3 },
+    };
+    sp.layers = vec![conv.clone(), sp.layers[1].clone(), conv];
+    sp
+}
+
+#[test]
+fn short_convolution_prefill_leaves_exactly_the_state_and_logits_of_single_steps() {
+    let sp = conv_spec();
+    let (_d, m) = load(&sp);
+    let toks: Vec<u32> = vec![1, 5, 9, 33, 7, 7, 60, 12, 3];
+    let mut batch = m.session(32);
+    assert!(batch.has_recurrent_state());
+    let all = m.forward(&mut batch, &toks, true).expect("batch");
+    let mut step = m.session(32);
+    let mut singles = Vec::new();
+    for &t in &toks {
+        singles.extend(m.forward(&mut step, &[t], true).expect("step"));
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&all), bits(&singles), "logits");
+    for l in [0, 2] {
+        assert_eq!(batch.conv_state(l).len(), 2 * H, "two taps of state");
+        assert!(batch.conv_state(l).iter().any(|v| *v != 0.0));
+        assert_eq!(
+            bits(batch.conv_state(l)),
+            bits(step.conv_state(l)),
+            "conv state {l}"
+        );
+        assert!(batch.keys(l).is_empty(), "a conv layer has no KV cache");
+    }
+    assert_eq!(
+        bits(batch.keys(1)),
+        bits(step.keys(1)),
+        "keys of the attention layer"
+    );
+    // The state carries the history: the same last token after another prefix differs.
+    let mut other = m.session(32);
+    m.forward(&mut other, &[2, 4, 6], false)
+        .expect("other prefix");
+    let a = m.forward(&mut other, &[3], false).expect("a");
+    let mut fresh = m.session(32);
+    let b = m.forward(&mut fresh, &[3], false).expect("b");
+    assert_ne!(bits(&a), bits(&b));
+    // Two sequences in one batch, interleaved: each gets its single-sequence numbers and state.
+    let (mut x, mut y) = (m.session(16), m.session(16));
+    let rows = [(0, 1), (1, 2), (0, 5), (1, 40), (0, 9), (1, 41)];
+    let l = m
+        .forward_batch(&mut [&mut x, &mut y], &rows, &[4, 5])
+        .expect("mixed");
+    let mut xs = m.session(16);
+    let want_x = m.forward(&mut xs, &[1, 5, 9], false).expect("x alone");
+    let mut ys = m.session(16);
+    let want_y = m.forward(&mut ys, &[2, 40, 41], false).expect("y alone");
+    assert_eq!(bits(&l[..V]), bits(&want_x));
+    assert_eq!(bits(&l[V..]), bits(&want_y));
+    for li in [0, 2] {
+        assert_eq!(bits(x.conv_state(li)), bits(xs.conv_state(li)));
+        assert_eq!(bits(y.conv_state(li)), bits(ys.conv_state(li)));
+    }
+    // A refused pass leaves the state as it was.
+    let before = bits(x.conv_state(0));
+    m.forward(&mut x, &[1, V as u32], false)
+        .expect_err("a token outside the vocabulary");
+    assert_eq!(bits(x.conv_state(0)), before);
+    assert_eq!(x.pos, 3);
+}
+
+#[test]
+fn a_context_reset_clears_the_recurrent_state() {
+    let sp = conv_spec();
+    let (_d, m) = load(&sp);
+    let mut s = m.session(16);
+    let first = m.forward(&mut s, &[1, 5, 9, 33], true).expect("first");
+    // Recurrent state cannot be rewound: truncating into the history starts afresh.
+    assert_eq!(s.truncate(2), 0);
+    assert_eq!(s.pos, 0);
+    assert!(s.conv_state(0).iter().all(|v| *v == 0.0));
+    let again = m.forward(&mut s, &[1, 5, 9, 33], true).expect("again");
+    assert_eq!(first, again, "a reset session is a fresh one");
+    assert_eq!(s.truncate(0), 0);
+    assert!(s.conv_state(2).iter().all(|v| *v == 0.0));
+    // Without recurrent layers, truncation keeps the prefix.
+    let (_e, attn) = load(&spec(QkNorm::BeforeRope, Act::Silu, false));
+    let mut t = attn.session(16);
+    attn.forward(&mut t, &[1, 5, 9, 33], false).expect("attn");
+    assert!(!t.has_recurrent_state());
+    assert_eq!(t.truncate(2), 2);
+    assert!(
+        m.session_bytes(16) < attn.session_bytes(16),
+        "two conv layers hold 2×H floats, not a KV cache"
     );
 }

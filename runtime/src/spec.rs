@@ -37,6 +37,23 @@ pub struct RopeTable {
     pub attention_factor: f32,
 }
 
+/// What mixes information across positions in a layer (the FFN after it is the same for all).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Mixer {
+    /// Softmax attention over the KV cache (`self_attn.{q,k,v,o}_proj`).
+    #[default]
+    Attention,
+    /// LFM2's gated short convolution (`shortconv.{in_proj,conv,out_proj}`): `in_proj` gives
+    /// B, C and x (H rows each, in that order), a causal depthwise convolution of `kernel` taps
+    /// runs over B ⊙ x, and `out_proj` reads C ⊙ conv. Its state per sequence is the last
+    /// `kernel − 1` convolution inputs.
+    ShortConv {
+        /// Taps of the convolution (`conv_L_cache`).
+        kernel: usize,
+    },
+}
+
 /// One decoder layer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LayerSpec {
@@ -45,6 +62,9 @@ pub struct LayerSpec {
     pub window: Option<usize>,
     /// Index into [`ModelSpec::ropes`].
     pub rope: usize,
+    /// The layer's token mixer (packs written before it existed are attention throughout).
+    #[serde(default)]
+    pub mixer: Mixer,
 }
 
 /// The model as the host forward pass runs it.

@@ -125,6 +125,16 @@ SENTENCES = [
     "The book is on the table.",
     "Open the window, please.",
     "Rome is in Italy.",
+    "The cat sleeps on the sofa.",
+    "It is raining in London.",
+    "Please close the door.",
+    "The train leaves at eight.",
+    "Water boils at 100 degrees.",
+    "She reads a newspaper every morning.",
+    "The museum opens at nine.",
+    "We are going to the beach tomorrow.",
+    "This apple is red.",
+    "My brother plays the guitar.",
 ]
 CLEAR_MARGIN = 0.08
 
@@ -142,6 +152,39 @@ LLAMA3_TEMPLATE = (
     "{{- bos_token }}{%- for message in messages -%}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
     "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif -%}"
 )
+
+# LFM2's chat template (LiquidAI's, text content): BOS, then ChatML turns.
+LFM2_TEMPLATE = (
+    "{{- bos_token -}}{%- for message in messages -%}{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' }}{%- endif -%}"
+)
+LFM2_SPECIALS = ["<|pad|>", "<|startoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def lfm2_config() -> dict:
+    """LFM2-1.2B's shape (hub keys, as LiquidAI spells them): gated short-convolution layers
+    beside GQA attention layers (layer 0 conv, as in 1.2B), q/k RMSNorm before RoPE, the FFN width
+    auto-adjusted from block_ff_dim (512 -> 64·ceil(int(2·512/3)/64) = 384, so a reader that
+    skips the rule reads the wrong width), conv kernel 3, θ 10^6, tied."""
+    c = small(
+        architectures=["Lfm2ForCausalLM"],
+        model_type="lfm2",
+        num_hidden_layers=4,
+        layer_types=["conv", "full_attention", "conv", "full_attention"],
+        intermediate_size=512,
+        block_ff_dim=512,
+        block_auto_adjust_ff_dim=True,
+        block_ffn_dim_multiplier=1.0,
+        block_multiple_of=64,
+        conv_L_cache=3,
+        conv_bias=False,
+        norm_eps=1e-05,
+        rope_theta=1000000.0,
+        max_position_embeddings=128000,
+    )
+    # LFM2's config has neither key: its norms read norm_eps and its MLP is always SwiGLU.
+    del c["rms_norm_eps"], c["hidden_act"]
+    return c
 
 
 # Gemma's chat template (as Google ships it for Gemma 3, text content).
@@ -345,6 +388,17 @@ CASES = {
     ),
     # Llama 3.2-1B's shape without RoPE scaling (llama.cpp's converter permutes q/k rows).
     "llama": llama_case(500000.0, None),
+    "lfm2": Case(
+        config=lfm2_config(),
+        specials=LFM2_SPECIALS,
+        bos="<|startoftext|>",
+        eos="<|im_end|>",
+        pad="<|pad|>",
+        regexes=LLAMA_BPE_REGEXES,
+        pre="lfm2",
+        template=LFM2_TEMPLATE,
+        arch="LFM2",
+    ),
 }
 
 
@@ -583,6 +637,9 @@ def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -
             if g.endswith("norm.weight") and NORM_SHIFT.get(config.model_type):
                 q, ref = q - NORM_SHIFT[config.model_type], ref - NORM_SHIFT[config.model_type]
             hf_w = p.detach().numpy()
+            if hf_w.ndim == 3 and hf_w.shape[1] == 1 and q.ndim == 2:
+                # A depthwise conv kernel [C, 1, L]: llama.cpp stores it squeezed to [C, L].
+                hf_w = hf_w[:, 0, :]
             if q.shape != hf_w.shape:
                 raise SystemExit(f"{g}: GGUF shape {q.shape} vs HF {hf_w.shape}")
             if q.ndim == 2:
@@ -592,7 +649,7 @@ def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -
                 if None in perm:
                     raise SystemExit(f"{g}: HF rows are not a permutation of the GGUF's")
                 q = q[perm]
-            p.copy_(torch.from_numpy(q.copy()))
+            p.copy_(torch.from_numpy(q.copy()).reshape(p.shape))
         out = model(torch.tensor([ids]), use_cache=False).logits[0]
         logits = [[round(float(x), 6) for x in row] for row in out]
         # What int8 activations cost here: the same model with every linear layer's input
@@ -634,7 +691,7 @@ def greedy(hf: Path, model, sentence: str) -> dict:
 
     tok = AutoTokenizer.from_pretrained(hf)
     content = TRANSLATE.format(sentence)
-    prompt = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False)
+    prompt = tok.apply_chat_template([{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True)
     seq = tok(prompt, add_special_tokens=False)["input_ids"]
     prompt_ids = list(seq)
     margins = []

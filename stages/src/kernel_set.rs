@@ -96,7 +96,9 @@ pub fn missing_refusal(dir: &std::path::Path, name: &str, shapes: &[Shape]) -> O
 }
 
 fn role_of(name: &str) -> Option<&'static str> {
-    const ROLES: [(&str, &str); 8] = [
+    const ROLES: [(&str, &str); 10] = [
+        ("shortconv.in_proj.weight", "conv_in"),
+        ("shortconv.out_proj.weight", "conv_out"),
         ("q_proj.weight", "q"),
         ("k_proj.weight", "k"),
         ("v_proj.weight", "v"),

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use onebit_runtime::pack::TensorEntry;
-use onebit_runtime::spec::{self, Act, LayerSpec, ModelSpec, RopeTable};
+use onebit_runtime::spec::{self, Act, LayerSpec, Mixer, ModelSpec, RopeTable};
 
 use crate::error::{Error, Result};
 use crate::layout::geometry::ffn_pad_of;
@@ -15,12 +15,13 @@ use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Activation, Family, LayerKind, QkNorm, Semantics};
 
 /// Families the host forward pass runs.
-pub const HOST_FAMILIES: [Family; 5] = [
+pub const HOST_FAMILIES: [Family; 6] = [
     Family::Gemma3,
     Family::Llama,
     Family::Qwen2,
     Family::Qwen3,
     Family::Hunyuan,
+    Family::Lfm2,
 ];
 
 fn refuse(file: &Path, what: &str, reason: impl Into<String>) -> Error {
@@ -44,7 +45,7 @@ pub fn model_spec(
             file,
             "model_type",
             format!(
-                "the host runtime does not run family {:?} ({}) yet; it runs gemma3, llama, qwen2, qwen3, hunyuan_v1_dense",
+                "the host runtime does not run family {:?} ({}) yet; it runs gemma3, llama, qwen2, qwen3, hunyuan_v1_dense, lfm2",
                 sem.family, sem.model_type
             ),
         ));
@@ -73,6 +74,16 @@ pub fn model_spec(
         let window = match kind {
             LayerKind::FullAttention => None,
             LayerKind::SlidingAttention { window } => Some(*window as usize),
+            LayerKind::Conv => {
+                let kernel = sem.conv_kernel.unwrap_or(3) as usize;
+                // No RoPE: the index is never read (0, or a table added below).
+                layers.push(LayerSpec {
+                    window: None,
+                    rope: 0,
+                    mixer: Mixer::ShortConv { kernel },
+                });
+                continue;
+            }
             other => {
                 return Err(refuse(
                     file,
@@ -109,7 +120,29 @@ pub fn model_spec(
                 ropes.len() - 1
             }
         };
-        layers.push(LayerSpec { window, rope: idx });
+        layers.push(LayerSpec {
+            window,
+            rope: idx,
+            mixer: Mixer::Attention,
+        });
+    }
+    let conv: Vec<String> = (0..layers.len())
+        .filter(|&i| matches!(layers[i].mixer, Mixer::ShortConv { .. }))
+        .map(|i| i.to_string())
+        .collect();
+    if !conv.is_empty() {
+        dec.push(format!(
+            "mixer[{}]=short convolution of {} taps <- semantics layer_kind conv, conv_kernel",
+            conv.join(","),
+            sem.conv_kernel.unwrap_or(3)
+        ));
+    }
+    if ropes.is_empty() {
+        // Every layer a convolution: keep index 0 valid.
+        ropes.push(RopeTable {
+            inv_freq: Vec::new(),
+            attention_factor: 1.0,
+        });
     }
     let sandwich = has("model.layers.0.pre_feedforward_layernorm.weight")
         && has("model.layers.0.post_feedforward_layernorm.weight");

@@ -56,6 +56,10 @@ pub enum Role {
     Up,
     /// FFN down.
     Down,
+    /// Short-convolution input projection (LFM2 `shortconv.in_proj`: B, C and x, `3H × H`).
+    ConvIn,
+    /// Short-convolution output projection (LFM2 `shortconv.out_proj`, `H × H`).
+    ConvOut,
     /// A norm weight.
     Norm,
     /// Anything else.
@@ -75,6 +79,8 @@ impl Role {
             Role::Gate => "gate_proj",
             Role::Up => "up_proj",
             Role::Down => "down_proj",
+            Role::ConvIn => "conv_in_proj",
+            Role::ConvOut => "conv_out_proj",
             Role::Norm => "norm",
             Role::Other => "other",
         }
@@ -92,6 +98,10 @@ pub fn role_of(name: &str) -> (Role, Option<u32>) {
         Role::LmHead
     } else if name.ends_with("embed_tokens.weight") || name.ends_with("token_embd.weight") {
         Role::Embedding
+    } else if name.ends_with("shortconv.in_proj.weight") {
+        Role::ConvIn
+    } else if name.ends_with("shortconv.out_proj.weight") {
+        Role::ConvOut
     } else if name.ends_with("q_proj.weight") {
         Role::Q
     } else if name.ends_with("k_proj.weight") {
@@ -161,7 +171,23 @@ impl Geometry {
             Ok(v)
         };
         let hidden = num("hidden_size", &mut decisions)?;
-        let intermediate = num("intermediate_size", &mut decisions)?;
+        let mut intermediate = num("intermediate_size", &mut decisions)?;
+        if model_type == "lfm2"
+            && c.get("block_auto_adjust_ff_dim").and_then(Value::as_bool) == Some(true)
+            && let (Some(mult), Some(m)) = (
+                c.get("block_ffn_dim_multiplier").and_then(Value::as_f64),
+                c.get("block_multiple_of").and_then(Value::as_u64),
+            )
+        {
+            let base = c
+                .get("block_ff_dim")
+                .and_then(Value::as_u64)
+                .unwrap_or(intermediate);
+            intermediate = lfm2_ffn_width(base, mult, m);
+            decisions.push(format!(
+                "intermediate={intermediate} <- block_ff_dim {base} auto-adjusted (block_auto_adjust_ff_dim, block_ffn_dim_multiplier, block_multiple_of {m})"
+            ));
+        }
         let heads = num("num_attention_heads", &mut decisions)?;
         let vocab = num("vocab_size", &mut decisions)?;
         let kv_heads = match c.get("num_key_value_heads").and_then(Value::as_u64) {
@@ -248,9 +274,20 @@ impl Geometry {
             Role::O => (self.hidden, attn),
             Role::Gate | Role::Up => (ffn, self.hidden),
             Role::Down => (self.hidden, ffn),
+            Role::ConvIn => (self.hidden.checked_mul(3)?, self.hidden),
+            Role::ConvOut => (self.hidden, self.hidden),
             Role::Norm | Role::Other => return None,
         })
     }
+}
+
+/// LFM2's FFN width with `block_auto_adjust_ff_dim` (transformers' `Lfm2MLP`, llama.cpp's
+/// converter): `multiple_of · ceil(int(multiplier · int(2·block_ff_dim/3)) / multiple_of)`;
+/// LFM2-1.2B: 12288 → 8192.
+pub fn lfm2_ffn_width(block_ff_dim: u64, multiplier: f64, multiple_of: u64) -> u64 {
+    let inner = (multiplier * ((2 * block_ff_dim) / 3) as f64) as u64;
+    let m = multiple_of.max(1);
+    m.saturating_mul(inner.div_ceil(m))
 }
 
 /// The multiple a family pads its FFN width to before tiling (q4nx-format §4: `gate/up_proj` rows

@@ -378,6 +378,7 @@ pub fn derive(config: &Value, side: &SideFiles<'_>) -> Result<Semantics, Refusal
         }
     }
     let linear = linear_dims(&mut cx, &kinds)?;
+    let conv_kernel = short_conv_kernel(&mut cx, &kinds)?;
 
     // RoPE, q/k norm, norm form.
     let rope = derive_rope(rules, &mut cx, d, &kinds)?;
@@ -591,6 +592,7 @@ pub fn derive(config: &Value, side: &SideFiles<'_>) -> Result<Semantics, Refusal
         tile_order: tile_order.into(),
         attn_output_gate,
         linear,
+        conv_kernel,
         moe,
         attn_sinks: defaults.attn_sinks,
         bos_id: toks.bos_id,
@@ -603,6 +605,28 @@ pub fn derive(config: &Value, side: &SideFiles<'_>) -> Result<Semantics, Refusal
         ignored,
         unknown,
     })
+}
+
+/// The short convolution's taps when any layer is a convolution (LFM2): `conv_L_cache`, else
+/// the class default (3).
+fn short_conv_kernel(cx: &mut Cx<'_, '_>, kinds: &[LayerKind]) -> Result<Option<u64>, Refusal> {
+    if !kinds.contains(&LayerKind::Conv) {
+        return Ok(None);
+    }
+    match cx.cfg.u64("conv_L_cache") {
+        Some((0, s)) => Err(Refusal::new(
+            cx.mt,
+            "conv_L_cache",
+            0,
+            format!("a convolution of 0 taps ({s})"),
+        )),
+        Some((l, _)) => Ok(Some(l)),
+        None => {
+            let src = cx.omits("conv_L_cache");
+            cx.log.add("conv_kernel", 3, src, Some("hf"));
+            Ok(Some(3))
+        }
+    }
 }
 
 /// The linear-attention geometry, required when any layer is linear attention (Qwen3.5).

@@ -227,6 +227,9 @@ pub struct Semantics {
     pub attn_output_gate: bool,
     /// Qwen3.5 linear-attention dims.
     pub linear: Option<LinearDims>,
+    /// Taps of the short convolution when any layer is a convolution (LFM2 `conv_L_cache`).
+    #[serde(default)]
+    pub conv_kernel: Option<u64>,
     /// MoE block.
     pub moe: Option<Moe>,
     /// Attention sinks (gpt-oss).

@@ -45,7 +45,7 @@ impl RepackStage {
     /// the pack's tensors hold it.
     /// v6: a repaired pack's manifest lists what the repair stage rebuilt (verification and
     /// decisions), and the pack holds the repaired bytes when the graph repairs.
-    pub const VERSION: u32 = 6;
+    pub const VERSION: u32 = 7;
 }
 
 impl Stage for RepackStage {
@@ -190,8 +190,12 @@ fn head_scan(out: &Path, manifest: &Manifest) -> Result<Option<(HeadScan, String
         return Ok(None);
     }
     let pack = Pack::open(out, true)?;
-    let name = "model.embed_tokens.weight";
-    let Some(emb) = pack.stored(name).filter(|s| s.dtype == "BF16") else {
+    // LFM2 packs name the embedding after the GGUF (q4nx-format §5).
+    let Some(emb) = ["model.embed_tokens.weight", "model.token_embd.weight"]
+        .into_iter()
+        .find_map(|n| pack.stored(n))
+        .filter(|s| s.dtype == "BF16")
+    else {
         return Ok(None);
     };
     let (rows, k) = (spec.vocab, spec.hidden);

@@ -75,7 +75,7 @@ pub struct SemanticsStage {
 
 impl SemanticsStage {
     /// Bumped whenever the decisions written for the same input can change.
-    pub const VERSION: u32 = 1;
+    pub const VERSION: u32 = 2;
 }
 
 impl Stage for SemanticsStage {

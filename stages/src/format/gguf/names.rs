@@ -109,6 +109,13 @@ pub fn twin(arch: &str, name: &str, dims: MapDims, has: impl Fn(&str) -> bool) -
         });
     }
     if name == "model.norm.weight" {
+        // LFM2's final norm is llama.cpp's token_embd_norm (transformers' embedding_norm).
+        if arch == "lfm2" {
+            return Some(plain(
+                "token_embd_norm.weight".into(),
+                "final norm (lfm2: token_embd_norm)",
+            ));
+        }
         return Some(plain("output_norm.weight".into(), "final norm"));
     }
     if name == "rope_freqs.weight" {
@@ -164,6 +171,9 @@ pub fn twin(arch: &str, name: &str, dims: MapDims, has: impl Fn(&str) -> bool) -
         "mlp.gate_proj.weight" => (b("ffn_gate.weight"), RowMap::Identity),
         "mlp.up_proj.weight" => (b("ffn_up.weight"), RowMap::Identity),
         "mlp.down_proj.weight" => (b("ffn_down.weight"), RowMap::Identity),
+        "shortconv.in_proj.weight" => (b("shortconv.in_proj.weight"), RowMap::Identity),
+        "shortconv.out_proj.weight" => (b("shortconv.out_proj.weight"), RowMap::Identity),
+        "shortconv.conv.weight" => (b("shortconv.conv.weight"), RowMap::Identity),
         _ => return None,
     };
     let note = match rows {
@@ -230,6 +240,18 @@ mod tests {
         );
         assert_eq!(
             t("gemma3", "lm_head.weight").as_deref(),
+            Some("token_embd.weight")
+        );
+        assert_eq!(
+            t("lfm2", "model.norm.weight").as_deref(),
+            Some("token_embd_norm.weight")
+        );
+        assert_eq!(
+            t("lfm2", "model.layers.0.shortconv.in_proj.weight").as_deref(),
+            Some("blk.0.shortconv.in_proj.weight")
+        );
+        assert_eq!(
+            t("lfm2", "model.token_embd.weight").as_deref(),
             Some("token_embd.weight")
         );
         let emb = twin("gemma3", "model.embed_tokens.weight", d, |_| false).expect("embedding");

@@ -42,8 +42,7 @@ impl FamilyRules for Lfm2 {
             )
         {
             let base = cfg.u64("block_ff_dim").map_or(declared.0, |b| b.0);
-            let inner = (mult.0 * ((2 * base) / 3) as f64) as u64;
-            let adjusted = m.0.saturating_mul(inner.div_ceil(m.0.max(1)));
+            let adjusted = crate::layout::geometry::lfm2_ffn_width(base, mult.0, m.0);
             return (
                 adjusted,
                 format!(
