@@ -160,7 +160,9 @@ fn add_gram(g: &mut [f64], x: &[f32], n: usize, k: usize) {
     });
 }
 
-/// The KV cache, recurrent state and position of one sequence.
+/// The KV cache, recurrent state and position of one sequence. A clone is an independent copy
+/// that continues from the same point (a fork of the sequence).
+#[derive(Clone)]
 pub struct Session {
     /// Tokens processed so far.
     pub pos: usize,

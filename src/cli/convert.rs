@@ -61,7 +61,8 @@ fn parse_tile(s: &str) -> Result<TileChoice, String> {
         .ok_or_else(|| format!("unknown tile {s:?}: auto, q4-5120, q4-1280, q4s-4608, q8-8704"))
 }
 
-/// Converts, prints the per-tensor table (or JSON), exits 1 on a refusal.
+/// Converts and prints a summary (`-v`: every decision and the per-tensor table; `--json`: the
+/// whole report); exits 1 on a refusal.
 pub fn exec(g: &Global, a: ConvertArgs) -> anyhow::Result<ExitCode> {
     let opts = ConvertOptions {
         tile: a.tile,
@@ -84,7 +85,7 @@ pub fn exec(g: &Global, a: ConvertArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if !g.quiet {
+    if !g.quiet && g.verbose > 0 {
         for d in &report.decisions {
             println!("  {d}");
         }
@@ -107,5 +108,56 @@ pub fn exec(g: &Global, a: ConvertArgs) -> anyhow::Result<ExitCode> {
         report.out.display(),
         t0.elapsed().as_secs_f64()
     );
+    if !g.quiet && g.verbose == 0 {
+        for line in summary(&report) {
+            println!("  {line}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Tensors worst by relative error that the summary names.
+const WORST: usize = 3;
+
+/// The default output after the headline: tensors per stored kind and method, the worst by
+/// relative error, and where the full report is (`-v` prints it, `--json` gives it whole).
+fn summary(report: &onebit_convert::ConvertReport) -> Vec<String> {
+    let mut by_kind: std::collections::BTreeMap<&str, std::collections::BTreeMap<&str, usize>> =
+        std::collections::BTreeMap::new();
+    for t in &report.tensors {
+        *by_kind
+            .entry(t.stored_as.as_str())
+            .or_default()
+            .entry(t.method.as_str())
+            .or_default() += 1;
+    }
+    let kinds: Vec<String> = by_kind
+        .iter()
+        .map(|(kind, methods)| {
+            let n: usize = methods.values().sum();
+            let m: Vec<String> = methods.iter().map(|(m, c)| format!("{m} {c}")).collect();
+            format!("{n} {kind} ({})", m.join(", "))
+        })
+        .collect();
+    let mut worst: Vec<&onebit_convert::TensorReport> = report
+        .tensors
+        .iter()
+        .filter(|t| t.stored_as != "BF16")
+        .collect();
+    worst.sort_by(|a, b| b.rel_l2.total_cmp(&a.rel_l2));
+    let mut out = vec![format!("stored: {}", kinds.join("; "))];
+    if !worst.is_empty() {
+        let w: Vec<String> = worst
+            .iter()
+            .take(WORST)
+            .map(|t| format!("{} ({}, {}) {:.2e}", t.name, t.stored_as, t.method, t.rel_l2))
+            .collect();
+        out.push(format!("largest rel L2: {}", w.join("; ")));
+    }
+    out.push(format!(
+        "{} decisions and the per-tensor table: -v, or --json; also {}",
+        report.decisions.len(),
+        report.out.join("onebit-convert.json").display()
+    ));
+    out
 }

@@ -214,6 +214,9 @@ pub fn import(
     Ok((report, opts.ref_name.unwrap_or_default(), dir_for_ref))
 }
 
+/// Failing tensors listed by default after a refused verdict (`-v` lists every one).
+const FAILS_SHOWN: usize = 10;
+
 /// Prints the verification verdict of a run; exit 1 when a tensor failed.
 fn report_verdict(
     g: &Global,
@@ -231,8 +234,21 @@ fn report_verdict(
         serde_json::from_slice(&std::fs::read(dir.join("verdict.json"))?)?;
     if !g.json {
         eprintln!("{ref_name}: {}", verdict.summary);
-        for f in &verdict.failing {
+        // The summary names the failing tensors; the first few are listed with their reasons,
+        // every one with -v (and in the verification table: `onebit-pipe sql`).
+        let shown = if g.verbose > 0 {
+            verdict.failing.len()
+        } else {
+            FAILS_SHOWN
+        };
+        for f in verdict.failing.iter().take(shown) {
             eprintln!("  FAIL {f}");
+        }
+        if verdict.failing.len() > shown {
+            eprintln!(
+                "  … and {} more failing tensors (-v lists every one; `onebit-pipe sql \"SELECT * FROM verification\"` has them all)",
+                verdict.failing.len() - shown
+            );
         }
         for r in &verdict.repaired {
             eprintln!("  REPAIRED {r}");
