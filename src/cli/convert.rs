@@ -135,22 +135,29 @@ fn summary(report: &onebit_convert::ConvertReport) -> Vec<String> {
         .iter()
         .map(|(kind, methods)| {
             let n: usize = methods.values().sum();
-            let m: Vec<String> = methods.iter().map(|(m, c)| format!("{m} {c}")).collect();
+            let m: Vec<String> = methods.iter().map(|(m, c)| format!("{c} {m}")).collect();
             format!("{n} {kind} ({})", m.join(", "))
         })
         .collect();
     let mut worst: Vec<&onebit_convert::TensorReport> = report
         .tensors
         .iter()
-        .filter(|t| t.stored_as != "BF16")
+        .filter(|t| t.stored_as != "BF16" && t.rel_l2 > 0.0)
         .collect();
     worst.sort_by(|a, b| b.rel_l2.total_cmp(&a.rel_l2));
     let mut out = vec![format!("stored: {}", kinds.join("; "))];
-    if !worst.is_empty() {
+    if worst.is_empty() {
+        out.push("every tiled tensor holds its source's values exactly (rel L2 0)".into());
+    } else {
         let w: Vec<String> = worst
             .iter()
             .take(WORST)
-            .map(|t| format!("{} ({}, {}) {:.2e}", t.name, t.stored_as, t.method, t.rel_l2))
+            .map(|t| {
+                format!(
+                    "{} ({}, {}) {:.2e}",
+                    t.name, t.stored_as, t.method, t.rel_l2
+                )
+            })
             .collect();
         out.push(format!("largest rel L2: {}", w.join("; ")));
     }
