@@ -901,31 +901,47 @@ impl Model {
             .iter()
             .map(|s| (&s.k[li][..], &s.v[li][..]))
             .collect();
-        let group = nh / nkv.max(1);
+        let group = (nh / nkv.max(1)).max(1);
         let q = &*q;
-        att.par_chunks_mut(d).enumerate().for_each(|(idx, out)| {
-            let (t, hh) = (idx / nh, idx % nh);
-            let (i, p) = seq_pos[t];
-            let (kc, vc) = caches[i];
-            let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
-            let kvh = hh / group.max(1);
-            let qv = &q[t * qr + hh * d..t * qr + hh * d + d];
-            let mut sc: Vec<f32> = (lo..=p)
-                .map(|j| {
+        // One task per (row, KV head) reads each cached key and value once for the whole GQA
+        // group of query heads; with fewer such tasks than threads (one KV head, one token) the
+        // heads run as separate tasks. Both orders do exactly the same arithmetic per head.
+        let grouped = group > 1 && n * nkv >= rayon::current_num_threads();
+        let heads_per_task = if grouped { group } else { 1 };
+        att.par_chunks_mut(heads_per_task * d)
+            .enumerate()
+            .for_each(|(idx, out)| {
+                let first = idx * heads_per_task;
+                let (t, h0) = (first / nh, first % nh);
+                let (i, p) = seq_pos[t];
+                let (kc, vc) = caches[i];
+                let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+                let kvh = h0 / group;
+                let span = p + 1 - lo;
+                let mut sc = vec![0f32; heads_per_task * span];
+                for (jj, j) in (lo..=p).enumerate() {
                     let kj = &kc[j * kvr + kvh * d..j * kvr + kvh * d + d];
-                    let mut s = ops::dot(qv, kj) * sp.attn_scale;
-                    if let Some(cap) = sp.attn_softcap {
-                        s = cap * (s / cap).tanh();
+                    for g in 0..heads_per_task {
+                        let hh = h0 + g;
+                        let qv = &q[t * qr + hh * d..t * qr + hh * d + d];
+                        let mut s = ops::dot(qv, kj) * sp.attn_scale;
+                        if let Some(cap) = sp.attn_softcap {
+                            s = cap * (s / cap).tanh();
+                        }
+                        sc[g * span + jj] = s;
                     }
-                    s
-                })
-                .collect();
-            ops::softmax(&mut sc);
-            out.fill(0.0);
-            for (j, &w) in (lo..=p).zip(&sc) {
-                ops::axpy(out, w, &vc[j * kvr + kvh * d..j * kvr + kvh * d + d]);
-            }
-        });
+                }
+                for row in sc.chunks_exact_mut(span) {
+                    ops::softmax(row);
+                }
+                out.fill(0.0);
+                for (jj, j) in (lo..=p).enumerate() {
+                    let vj = &vc[j * kvr + kvh * d..j * kvr + kvh * d + d];
+                    for (g, o) in out.chunks_exact_mut(d).enumerate() {
+                        ops::axpy(o, sc[g * span + jj], vj);
+                    }
+                }
+            });
         Ok(())
     }
 
