@@ -229,6 +229,8 @@ impl Dims {
     }
 }
 
+/// Every tensor a layer of `arch` may hold; the plan skips those a GGUF lacks (a hybrid's
+/// attention layers have no `shortconv.*`, its convolution layers no `self_attn.*`).
 fn layer_fields(arch: &str) -> &'static [&'static str] {
     if arch == "gemma3" {
         &[
@@ -246,25 +248,6 @@ fn layer_fields(arch: &str) -> &'static [&'static str] {
             "mlp.up_proj.weight",
             "mlp.down_proj.weight",
         ]
-    } else if arch == "lfm2" {
-        // Attention layers have self_attn.*, convolution layers shortconv.*; a layer lacks the
-        // other kind's tensors in the GGUF and the plan skips them.
-        &[
-            "input_layernorm.weight",
-            "post_attention_layernorm.weight",
-            "self_attn.q_proj.weight",
-            "self_attn.k_proj.weight",
-            "self_attn.v_proj.weight",
-            "self_attn.o_proj.weight",
-            "self_attn.q_norm.weight",
-            "self_attn.k_norm.weight",
-            "shortconv.in_proj.weight",
-            "shortconv.conv.weight",
-            "shortconv.out_proj.weight",
-            "mlp.gate_proj.weight",
-            "mlp.up_proj.weight",
-            "mlp.down_proj.weight",
-        ]
     } else {
         &[
             "input_layernorm.weight",
@@ -278,6 +261,9 @@ fn layer_fields(arch: &str) -> &'static [&'static str] {
             "self_attn.v_proj.bias",
             "self_attn.q_norm.weight",
             "self_attn.k_norm.weight",
+            "shortconv.in_proj.weight",
+            "shortconv.conv.weight",
+            "shortconv.out_proj.weight",
             "mlp.gate_proj.weight",
             "mlp.up_proj.weight",
             "mlp.down_proj.weight",

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use onebit_runtime::kernels::TileLayout;
-use onebit_runtime::pack::{FORMAT, Provenance, TensorEntry, VERSION, Verification};
+use onebit_runtime::pack::TensorEntry;
 use onebit_runtime::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable};
 use onebit_runtime::{Manifest, Model, Pack};
 
@@ -197,22 +197,7 @@ fn pack(
     let dir = root.join(name);
     std::fs::create_dir_all(&dir).expect("mkdir");
     std::fs::hard_link(container.join("model.q4nx"), dir.join("model.q4nx")).expect("link");
-    let manifest = Manifest {
-        format: FORMAT.into(),
-        version: VERSION,
-        model: Some(spec),
-        host_refusal: None,
-        tensors: entries.clone(),
-        provenance: Provenance::default(),
-        verification: Verification {
-            verified: true,
-            summary: "synthetic".into(),
-            repaired: Vec::new(),
-        },
-        chat_template: None,
-        decisions: Vec::new(),
-        head_scan: None,
-    };
+    let manifest = Manifest::synthetic(spec, entries.clone());
     std::fs::write(
         dir.join("manifest.json"),
         serde_json::to_vec(&manifest).expect("json"),

@@ -426,11 +426,10 @@ impl Model {
                 down: weight(&n("mlp.down_proj.weight"), h, f)?,
             });
         }
-        // FastFlowLM names LFM2's embedding after the GGUF (q4nx-format §5).
-        let embed_name = ["model.embed_tokens.weight", "model.token_embd.weight"]
+        let embed_name = crate::pack::EMBEDDING_NAMES
             .into_iter()
             .find(|n| pack.stored(n).is_some())
-            .unwrap_or("model.embed_tokens.weight");
+            .unwrap_or(crate::pack::EMBEDDING_NAMES[0]);
         let es = pack.stored(embed_name).ok_or_else(|| missing(embed_name))?;
         if es.dtype != "BF16" || es.range.len() != spec.vocab * h * 2 {
             return Err(Error::Pack {
@@ -819,18 +818,6 @@ impl Model {
         let (d, nh, nkv) = (sp.head_dim, sp.heads, sp.kv_heads);
         let (qr, kvr) = (sp.q_rows(), sp.kv_rows());
         let rope = &sp.ropes[ls.rope];
-        if self.recording() {
-            let lname = |s: &str| format!("model.layers.{li}.{s}");
-            self.record(
-                &[
-                    lname("self_attn.q_proj.weight"),
-                    lname("self_attn.k_proj.weight"),
-                    lname("self_attn.v_proj.weight"),
-                ],
-                hbuf,
-                n,
-            );
-        }
         let AttnScratch {
             q,
             k,
@@ -1011,7 +998,6 @@ impl Model {
             k: vec![0f32; n * kvr],
             v: vec![0f32; n * kvr],
             att: vec![0f32; n * qr],
-            // RoPE angles per table and row, made when a layer first needs them.
             angles: vec![None; sp.ropes.len()],
         };
         let mut o = vec![0f32; n * h];
@@ -1026,6 +1012,17 @@ impl Model {
             let lname = |s: &str| format!("model.layers.{li}.{s}");
             match &l.mixing {
                 Mixing::Attention(a) => {
+                    if rec {
+                        self.record(
+                            &[
+                                lname("self_attn.q_proj.weight"),
+                                lname("self_attn.k_proj.weight"),
+                                lname("self_attn.v_proj.weight"),
+                            ],
+                            &hbuf,
+                            n,
+                        );
+                    }
                     self.attend(li, a, ls, &hbuf, sessions, &seq_pos, &mut scratch)?;
                     if rec {
                         self.record(&[lname("self_attn.o_proj.weight")], &scratch.att, n);

@@ -7,11 +7,8 @@ use std::io::Write;
 
 use crate::kernels::tests::random_matrix;
 use crate::kernels::{QMatrix, TileLayout};
-use crate::model::Model;
-use crate::pack::{
-    FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Pack, Provenance, TensorEntry, VERSION,
-    Verification,
-};
+use crate::model::{Model, Session};
+use crate::pack::{HEAD_SCAN_FILE, HeadScan, Manifest, Pack, TensorEntry, Verification};
 use crate::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable};
 
 const H: usize = 128;
@@ -198,19 +195,6 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
         f.write_all(data).expect("w");
     }
     let manifest = Manifest {
-        format: FORMAT.into(),
-        version: VERSION,
-        model: Some(spec.clone()),
-        host_refusal: None,
-        tensors: entries,
-        provenance: Provenance::default(),
-        verification: Verification {
-            verified: true,
-            summary: "synthetic".into(),
-            repaired: Vec::new(),
-        },
-        chat_template: None,
-        decisions: vec![],
         head_scan: scan.then(|| {
             let emb = &tensors[0].3;
             let bytes = crate::kernels::scan::encode_bf16(emb, V, H, 1.0 / spec.tied_head_divisor);
@@ -222,6 +206,7 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
                 blake3: blake3::hash(&bytes).to_hex().to_string(),
             }
         }),
+        ..Manifest::synthetic(spec.clone(), entries)
     };
     std::fs::write(
         dir.join("manifest.json"),
@@ -373,19 +358,30 @@ fn a_scan_head_ranks_and_the_exact_head_scores() {
     }
 }
 
+/// The f32s of `v` as bits, for exact comparisons.
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// `toks` run as one batched prefill and as single steps, each in a fresh 32-token session:
+/// (batch session, step session, batch logits, step logits), every position's logits.
+fn prefill_and_steps(m: &Model, toks: &[u32]) -> (Session, Session, Vec<f32>, Vec<f32>) {
+    let mut batch = m.session(32);
+    let all = m.forward(&mut batch, toks, true).expect("batch");
+    let mut step = m.session(32);
+    let mut singles = Vec::new();
+    for &t in toks {
+        singles.extend(m.forward(&mut step, &[t], true).expect("step"));
+    }
+    (batch, step, all, singles)
+}
+
 #[test]
 fn batched_prefill_leaves_exactly_the_logits_and_kv_of_single_steps() {
     let sp = spec(QkNorm::BeforeRope, Act::GeluTanh, true);
     let (_d, m) = load(&sp);
     let toks: Vec<u32> = vec![1, 5, 9, 33, 7, 7, 60, 12, 3];
-    let mut batch = m.session(32);
-    let all = m.forward(&mut batch, &toks, true).expect("batch");
-    let mut step = m.session(32);
-    let mut singles = Vec::new();
-    for &t in &toks {
-        singles.extend(m.forward(&mut step, &[t], true).expect("step"));
-    }
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let (batch, step, all, singles) = prefill_and_steps(&m, &toks);
     assert_eq!(bits(&all), bits(&singles), "logits");
     for l in 0..sp.layers.len() {
         assert_eq!(bits(batch.keys(l)), bits(step.keys(l)), "keys of layer {l}");
@@ -437,7 +433,6 @@ fn a_mixed_batch_of_sequences_gives_each_exactly_its_single_sequence_numbers() {
     got[0].extend(&l[V..2 * V]);
     got[1].extend(&l[2 * V..]);
     got[2].extend(m.forward(&mut c, &[12], false).expect("c"));
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for (i, (s, (want, ws))) in [&a, &b, &c].iter().zip(&alone).enumerate() {
         assert_eq!(bits(&got[i]), bits(want), "logits of sequence {i}");
         assert_eq!(s.pos, ws.pos, "position of sequence {i}");
@@ -792,15 +787,8 @@ fn short_convolution_prefill_leaves_exactly_the_state_and_logits_of_single_steps
     let sp = conv_spec();
     let (_d, m) = load(&sp);
     let toks: Vec<u32> = vec![1, 5, 9, 33, 7, 7, 60, 12, 3];
-    let mut batch = m.session(32);
+    let (batch, step, all, singles) = prefill_and_steps(&m, &toks);
     assert!(batch.has_recurrent_state());
-    let all = m.forward(&mut batch, &toks, true).expect("batch");
-    let mut step = m.session(32);
-    let mut singles = Vec::new();
-    for &t in &toks {
-        singles.extend(m.forward(&mut step, &[t], true).expect("step"));
-    }
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&all), bits(&singles), "logits");
     for l in [0, 2] {
         assert_eq!(batch.conv_state(l).len(), 2 * H, "two taps of state");

@@ -91,6 +91,33 @@ pub struct Manifest {
     pub head_scan: Option<HeadScan>,
 }
 
+impl Manifest {
+    /// A verified manifest for `model` with no provenance, for packs made from synthetic weights
+    /// (the runtime's tests and benchmarks).
+    pub fn synthetic(model: ModelSpec, tensors: BTreeMap<String, TensorEntry>) -> Manifest {
+        Manifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            model: Some(model),
+            host_refusal: None,
+            tensors,
+            provenance: Provenance::default(),
+            verification: Verification {
+                verified: true,
+                summary: "synthetic".into(),
+                repaired: Vec::new(),
+            },
+            chat_template: None,
+            decisions: Vec::new(),
+            head_scan: None,
+        }
+    }
+}
+
+/// The names a pack's token embedding goes by: transformers' and, for LFM2, FastFlowLM's after
+/// the GGUF (q4nx-format §5).
+pub const EMBEDDING_NAMES: [&str; 2] = ["model.embed_tokens.weight", "model.token_embd.weight"];
+
 /// The scan head's file in the pack folder.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeadScan {

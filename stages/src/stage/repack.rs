@@ -190,8 +190,7 @@ fn head_scan(out: &Path, manifest: &Manifest) -> Result<Option<(HeadScan, String
         return Ok(None);
     }
     let pack = Pack::open(out, true)?;
-    // LFM2 packs name the embedding after the GGUF (q4nx-format §5).
-    let Some(emb) = ["model.embed_tokens.weight", "model.token_embd.weight"]
+    let Some(emb) = onebit_runtime::pack::EMBEDDING_NAMES
         .into_iter()
         .find_map(|n| pack.stored(n))
         .filter(|s| s.dtype == "BF16")
