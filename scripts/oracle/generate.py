@@ -187,6 +187,48 @@ def lfm2_config() -> dict:
     return c
 
 
+QWEN35_REGEXES = [
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+]
+
+
+def qwen35_config() -> dict:
+    """Qwen3.5's text shape (hub keys of Qwen3.5-0.8B/2B/4B): three gated-DeltaNet layers, then a
+    gated full-attention layer (full_attention_interval 4); fewer key heads than value heads (2
+    and 4, as 4B/9B have 16 and 32), so llama.cpp's tiled value-head order differs from
+    transformers' grouped one; q/k norm, partial RoPE (0.25 of head_dim 64), θ 10^7, norms
+    stored as w with gain 1 + w except the gated output norm, tied."""
+    return small(
+        architectures=["Qwen3_5ForCausalLM"],
+        model_type="qwen3_5_text",
+        num_hidden_layers=4,
+        # The delta rule amplifies int8-activation noise as the weights grow (measured on this
+        # shape, max |int8 − fp32| over the logits' std: 0.30 at 0.04, 0.15 at 0.03, 0.058 at
+        # 0.02): the smaller scale keeps the oracle's int8 cost as small a share as the others'.
+        initializer_range=0.02,
+        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+        full_attention_interval=4,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        attn_output_gate=True,
+        attention_bias=False,
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_value_head_dim=32,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000000.0,
+            "partial_rotary_factor": 0.25,
+            "mrope_interleaved": True,
+            "mrope_section": [3, 3, 2],
+        },
+        max_position_embeddings=262144,
+    )
+
+
 # Gemma's chat template (as Google ships it for Gemma 3, text content).
 GEMMA_TEMPLATE = (
     "{{ bos_token }}{%- for message in messages -%}{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
@@ -229,6 +271,11 @@ class Case:
     template: str
     arch: str
     id_keys: Callable[[dict[str, int]], dict] = field(default=lambda ids: {})
+    # Extra arguments of convert_hf_to_gguf.py (Qwen3.5: no multi-token-prediction layers, as
+    # FastFlowLM's packs have none).
+    converter_args: tuple[str, ...] = ()
+    # Parameters whose stored norm llama.cpp does not shift (Qwen3.5's gated output norm).
+    unshifted: tuple[str, ...] = ()
     # A SentencePiece vocabulary (tokenizer.model) instead of byte-level BPE.
     spm: bool = False
     # What llama.cpp adds to every `*norm.weight` it writes (Gemma stores 1 + w).
@@ -399,6 +446,20 @@ CASES = {
         template=LFM2_TEMPLATE,
         arch="LFM2",
     ),
+    "qwen35": Case(
+        config=qwen35_config(),
+        specials=QWEN_SPECIALS,
+        bos=QWEN_SPECIALS[0],
+        eos=QWEN_SPECIALS[2],
+        pad=QWEN_SPECIALS[0],
+        regexes=QWEN35_REGEXES,
+        pre="qwen35",
+        template=CHATML_TEMPLATE,
+        arch="QWEN35",
+        norm_shift=1.0,
+        unshifted=("linear_attn.norm.weight", "ssm_norm.weight"),
+        converter_args=("--no-mtp",),
+    ),
 }
 
 
@@ -519,8 +580,15 @@ def write_hf(case: str, out: Path, text: str) -> tuple[dict, Path]:
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:
                 # The gain the model applies is drawn from U(0.5, 1.5): w itself, or 1 + w for
-                # families that store w and add 1 (Gemma).
-                p.copy_(torch.empty_like(p).uniform_(0.5 - c.norm_shift, 1.5 - c.norm_shift))
+                # families that store w and add 1 (Gemma, Qwen3.5 except its gated norm).
+                shift = 0.0 if name.endswith(c.unshifted) else c.norm_shift
+                p.copy_(torch.empty_like(p).uniform_(0.5 - shift, 1.5 - shift))
+            elif name.endswith("A_log"):
+                # Decays exp(−A·softplus(a + dt_bias)) of 0.5–0.95, so the state carries the
+                # context across the ids (transformers draws A up to 16: everything forgotten).
+                p.copy_(torch.empty_like(p).uniform_(0.05, 0.4).log())
+            elif name.endswith("dt_bias"):
+                p.copy_(torch.empty_like(p).uniform_(-0.5, 0.5))
             elif name.endswith(".bias"):
                 p.copy_(torch.empty_like(p).uniform_(-0.5, 0.5))
     model.save_pretrained(hf, safe_serialization=True)
@@ -529,12 +597,12 @@ def write_hf(case: str, out: Path, text: str) -> tuple[dict, Path]:
     return cfg, hf
 
 
-def run_converter(llama_cpp: Path, hf: Path, dest: Path, pre: str) -> None:
+def run_converter(llama_cpp: Path, hf: Path, dest: Path, pre: str, extra: tuple[str, ...] = ()) -> None:
     wrapper = f"""
 import sys
 sys.path.insert(0, {str(llama_cpp)!r})
 sys.path.insert(0, {str(llama_cpp / 'gguf-py')!r})
-sys.argv = ['convert_hf_to_gguf.py', {str(hf)!r}, '--outtype', 'f32', '--outfile', {str(dest)!r}]
+sys.argv = ['convert_hf_to_gguf.py', {str(hf)!r}, '--outtype', 'f32', '--outfile', {str(dest)!r}, *{list(extra)!r}]
 import conversion.base as base
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: {pre!r}
 import runpy
@@ -608,6 +676,46 @@ def gguf_weights(path: Path) -> dict[str, np.ndarray]:
     return out
 
 
+def gguf_name(names, name: str) -> str:
+    """The GGUF tensor llama.cpp writes for HF parameter `name`."""
+    base, suffix = name.rsplit(".", 1)
+    if suffix == "A_log":
+        g = names.get_name(name)
+        suffix = None
+    elif suffix == "dt_bias":
+        g, suffix = names.get_name(f"{base}.dt_proj"), "bias"
+    else:
+        g = names.get_name(base)
+    if g is None:
+        raise SystemExit(f"no GGUF name for {name}")
+    return g if suffix is None else f"{g}.{suffix}"
+
+
+def match_order(g: str, q: np.ndarray, ref: np.ndarray, hf_w: np.ndarray) -> np.ndarray:
+    """`q` (the quantized GGUF tensor) in the HF tensor's order: rows, else columns (2-D), or
+    elements (1-D) of the f32 GGUF tensor `ref` matched to `hf_w`'s by their exact bytes."""
+
+    def perm(ref_items, hf_items):
+        order = {x.tobytes(): i for i, x in enumerate(ref_items)}
+        out = [order.get(x.astype(np.float32).tobytes()) for x in hf_items]
+        return None if None in out or len(set(out)) != len(out) else out
+
+    if q.ndim == 2:
+        rows = perm(ref, hf_w)
+        if rows is not None:
+            return q[rows]
+        cols = perm(ref.T.copy(), hf_w.T.copy())
+        if cols is not None:
+            return q[:, cols]
+        raise SystemExit(f"{g}: HF rows/columns are not a permutation of the GGUF's")
+    if q.ndim == 1:
+        elems = perm(ref.reshape(-1, 1), hf_w.reshape(-1, 1))
+        if elems is None:
+            raise SystemExit(f"{g}: HF values are not a permutation of the GGUF's")
+        return q[elems]
+    return q
+
+
 def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -> tuple[list[list[float]], object, float | None, float]:
     """transformers in fp32 with every weight replaced by the GGUF's dequantized tensor of the same
     shape and rows (llama.cpp may permute q/k rows; each row is matched by its f32 twin)."""
@@ -626,29 +734,34 @@ def reference_logits(hf: Path, weights: dict[str, np.ndarray], ids: list[int]) -
     f32 = gguf_weights_cache["f32"]
     with torch.no_grad():
         for name, p in model.named_parameters():
-            base, suffix = name.rsplit(".", 1)
-            g = names.get_name(base)
-            if g is None:
-                raise SystemExit(f"no GGUF name for {name}")
-            g = f"{g}.{suffix}"
+            g = gguf_name(names, name)
             if g not in weights:
                 raise SystemExit(f"{g} missing from the GGUF")
             q, ref = weights[g], f32[g]
-            if g.endswith("norm.weight") and NORM_SHIFT.get(config.model_type):
-                q, ref = q - NORM_SHIFT[config.model_type], ref - NORM_SHIFT[config.model_type]
             hf_w = p.detach().numpy()
+            # What llama.cpp's converter does to the values (Qwen3.5: ssm_a = −exp(A_log); norms
+            # + 1 where the family stores w), so the HF tensor meets its GGUF twin.
+            shift = NORM_SHIFT.get(config.model_type, 0.0)
+            if not g.endswith("norm.weight") or name.endswith(UNSHIFTED.get(config.model_type, ())):
+                shift = 0.0
+            if name.endswith("A_log"):
+                # In torch, as the converter computes it (bit for bit).
+                hf_w = (-torch.exp(p.detach().float())).numpy()
+            else:
+                hf_w = hf_w + np.float32(shift)
             if hf_w.ndim == 3 and hf_w.shape[1] == 1 and q.ndim == 2:
                 # A depthwise conv kernel [C, 1, L]: llama.cpp stores it squeezed to [C, L].
                 hf_w = hf_w[:, 0, :]
             if q.shape != hf_w.shape:
                 raise SystemExit(f"{g}: GGUF shape {q.shape} vs HF {hf_w.shape}")
-            if q.ndim == 2:
-                # Rows of the f32 GGUF tensor, matched to the HF rows (a permutation).
-                order = {row.tobytes(): i for i, row in enumerate(ref)}
-                perm = [order.get(row.astype(np.float32).tobytes()) for row in hf_w]
-                if None in perm:
-                    raise SystemExit(f"{g}: HF rows are not a permutation of the GGUF's")
-                q = q[perm]
+            # llama.cpp may permute rows (q/k interleave; Qwen3.5's tiled value-head order), the
+            # columns of a value-indexed input (ssm_out) or a per-head vector (ssm_a, ssm_dt):
+            # each HF row, column or element is matched to its f32 GGUF twin.
+            q = match_order(g, q, ref, hf_w)
+            if name.endswith("A_log"):
+                q = np.log(-q)
+            else:
+                q = q - np.float32(shift)
             p.copy_(torch.from_numpy(q.copy()).reshape(p.shape))
         out = model(torch.tensor([ids]), use_cache=False).logits[0]
         logits = [[round(float(x), 6) for x in row] for row in out]
@@ -713,6 +826,7 @@ def greedy(hf: Path, model, sentence: str) -> dict:
 
 ARCH_OF = {c.config["model_type"]: c.arch for c in CASES.values()}
 NORM_SHIFT = {c.config["model_type"]: c.norm_shift for c in CASES.values()}
+UNSHIFTED = {c.config["model_type"]: c.unshifted for c in CASES.values()}
 
 gguf_weights_cache: dict[str, dict[str, np.ndarray]] = {}
 
@@ -734,7 +848,7 @@ def main() -> None:
         cfg, hf = write_hf(case, out, text)
         with tempfile.TemporaryDirectory() as tmp:
             f32 = Path(tmp) / "model-f32.gguf"
-            run_converter(a.llama_cpp, hf, f32, CASES[case].pre)
+            run_converter(a.llama_cpp, hf, f32, CASES[case].pre, CASES[case].converter_args)
             gguf_weights_cache["f32"] = gguf_weights(f32)
             rng = np.random.default_rng(SEED)
             ids = [int(cfg["bos_token_id"])] + [int(x) for x in rng.integers(0, cfg["vocab_size"] - 8, IDS_LEN - 1)]
