@@ -57,6 +57,16 @@ fn load(case: &str, quant: &str, tile: TileChoice, hub_config: bool, tmp: &Path)
                 assert_eq!(t.stored_as, "Q41_5120", "{}", t.name);
                 assert_eq!(t.method, "Native", "{}", t.name);
             }
+            // Qwen3.5's layout: Q41_5120 throughout, a Q4_0 source exact with m = −8·d.
+            (_, TileChoice::Auto) if case == "qwen35" => {
+                assert_eq!(t.stored_as, "Q41_5120", "{}", t.name);
+                assert!(
+                    ["Native", "Exact"].contains(&t.method.as_str()),
+                    "{}: {}",
+                    t.name,
+                    t.method
+                );
+            }
             // Other families' tiny K is off the 256-column grid: quarter tiles, codes copied
             // (Q4_0 exactly, with m = −8·d).
             (_, TileChoice::Auto) if !hunyuan => {
@@ -250,6 +260,11 @@ fn gemma3_with_a_window_shorter_than_the_ids_meets_the_transformers_oracle() {
 #[test]
 fn lfm2_with_short_convolutions_beside_attention_meets_the_transformers_oracle() {
     check("lfm2");
+}
+
+#[test]
+fn qwen35_with_gated_deltanet_and_gated_attention_meets_the_transformers_oracle() {
+    check("qwen35");
 }
 
 #[test]

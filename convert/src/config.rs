@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::Dims;
 use onebit_stages::error::Result;
-use onebit_stages::format::gguf::GgufFile;
+use onebit_stages::format::gguf::{GgufFile, MetaValue};
 
 /// The config and the decisions behind it.
 pub struct ConfigOut {
@@ -286,6 +286,7 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
                 "intermediate_size={ffn}, block_auto_adjust_ff_dim=false <- {a}.feed_forward_length (llama.cpp writes the adjusted width)"
             ));
         }
+        "qwen35" => qwen35(g, d, &mut c, &mut dec)?,
         _ => {}
     }
     if let Some(p) = g
@@ -298,6 +299,104 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
         json: c,
         decisions: dec,
     })
+}
+
+/// Qwen3.5's text config (`Qwen3_5TextConfig` keys) from the GGUF's `qwen35.*` metadata.
+fn qwen35(g: &GgufFile, d: &Dims, c: &mut Value, dec: &mut Vec<String>) -> Result<()> {
+    let a = &d.arch;
+    let need = |k: &str| -> Result<u64> {
+        g.meta(&format!("{a}.{k}"))
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| super::refuse(g.path(), &format!("{a}.{k}"), "missing metadata key"))
+    };
+    let o = c
+        .as_object_mut()
+        .ok_or_else(|| onebit_stages::Error::Internal("config is not an object".into()))?;
+    o.insert("model_type".into(), json!("qwen3_5_text"));
+    o.insert("architectures".into(), json!(["Qwen3_5ForCausalLM"]));
+    o.insert("hidden_act".into(), json!("silu"));
+    o.insert("attention_bias".into(), json!(false));
+    // The gate rides in q_proj: its GGUF twin has 2·heads·head_dim rows.
+    let q_rows = (0..d.layers)
+        .find_map(|l| g.tensor(&format!("blk.{l}.attn_q.weight")))
+        .map(|t| t.rows());
+    let gate = q_rows == Some(2 * d.heads * d.head_dim);
+    o.insert("attn_output_gate".into(), json!(gate));
+    dec.push(format!(
+        "attn_output_gate={gate} <- attn_q rows {q_rows:?} vs heads·head_dim {}",
+        d.heads * d.head_dim
+    ));
+    let recurrent: Vec<bool> = match g.meta(&format!("{a}.attention.recurrent_layers")) {
+        Some(MetaValue::Array(v)) => v.iter().map(|x| matches!(x, MetaValue::Bool(true))).collect(),
+        _ => Vec::new(),
+    };
+    let interval = need("full_attention_interval").unwrap_or(4);
+    let types: Vec<&str> = (0..d.layers as usize)
+        .map(|l| {
+            let linear = match recurrent.get(l) {
+                Some(&r) => r,
+                None => l as u64 % interval != interval - 1,
+            };
+            if linear { "linear_attention" } else { "full_attention" }
+        })
+        .collect();
+    dec.push(format!(
+        "layer_types={} linear_attention, {} full_attention <- {}",
+        types.iter().filter(|t| **t == "linear_attention").count(),
+        types.iter().filter(|t| **t == "full_attention").count(),
+        if recurrent.len() == d.layers as usize {
+            format!("{a}.attention.recurrent_layers")
+        } else {
+            format!("{a}.full_attention_interval {interval}")
+        }
+    ));
+    o.insert("layer_types".into(), json!(types));
+    o.insert("full_attention_interval".into(), json!(interval));
+    let (kernel, dk, nk, nv, inner) = (
+        need("ssm.conv_kernel")?,
+        need("ssm.state_size")?,
+        need("ssm.group_count")?,
+        need("ssm.time_step_rank")?,
+        need("ssm.inner_size")?,
+    );
+    if nv == 0 || inner % nv != 0 {
+        return Err(super::refuse(
+            g.path(),
+            &format!("{a}.ssm.inner_size"),
+            format!("{inner} does not split into {nv} value heads"),
+        ));
+    }
+    o.insert("linear_conv_kernel_dim".into(), json!(kernel));
+    o.insert("linear_key_head_dim".into(), json!(dk));
+    o.insert("linear_num_key_heads".into(), json!(nk));
+    o.insert("linear_num_value_heads".into(), json!(nv));
+    o.insert("linear_value_head_dim".into(), json!(inner / nv));
+    dec.push(format!(
+        "linear_num_key_heads={nk}, linear_key_head_dim={dk}, linear_num_value_heads={nv}, linear_value_head_dim={}, linear_conv_kernel_dim={kernel} <- {a}.ssm.group_count, state_size, time_step_rank, inner_size / time_step_rank, conv_kernel",
+        inner / nv
+    ));
+    let theta = o.remove("rope_theta").unwrap_or(json!(10_000.0));
+    o.remove("rope_scaling");
+    let rotary = d.rope_dim as f64 / d.head_dim.max(1) as f64;
+    let sections: Vec<u64> = match g.meta(&format!("{a}.rope.dimension_sections")) {
+        Some(MetaValue::Array(v)) => v.iter().filter_map(MetaValue::as_u64).take(3).collect(),
+        _ => vec![11, 11, 10],
+    };
+    o.insert(
+        "rope_parameters".into(),
+        json!({
+            "rope_type": "default",
+            "rope_theta": theta,
+            "partial_rotary_factor": rotary,
+            "mrope_interleaved": true,
+            "mrope_section": sections,
+        }),
+    );
+    dec.push(format!(
+        "partial_rotary_factor={rotary} <- {a}.rope.dimension_count {} / head_dim {}",
+        d.rope_dim, d.head_dim
+    ));
+    Ok(())
 }
 
 /// Keys whose values must agree between a user's config and the GGUF: they fix the tensors' shapes.

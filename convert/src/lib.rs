@@ -126,7 +126,15 @@ pub struct ConvertReport {
 }
 
 /// Families the converter writes. Others are refused by name.
-pub const FAMILIES: [&str; 6] = ["llama", "qwen2", "qwen3", "gemma3", "hunyuan-dense", "lfm2"];
+pub const FAMILIES: [&str; 7] = [
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "hunyuan-dense",
+    "lfm2",
+    "qwen35",
+];
 
 fn refuse(gguf: &Path, tensor: &str, reason: impl Into<String>) -> Error {
     Error::Refused {
@@ -264,6 +272,17 @@ fn layer_fields(arch: &str) -> &'static [&'static str] {
             "shortconv.in_proj.weight",
             "shortconv.conv.weight",
             "shortconv.out_proj.weight",
+            "linear_attn.qkv_proj.weight",
+            "self_attn.gate_proj.weight",
+            "linear_attn.ssm_alpha_proj.weight",
+            "linear_attn.ssm_alpha_proj.bf16.weight",
+            "linear_attn.ssm_beta_proj.weight",
+            "linear_attn.ssm_beta_proj.bf16.weight",
+            "linear_attn.ssm_conv1d.weight",
+            "linear_attn.ssm_a",
+            "linear_attn.ssm_dt.bias",
+            "linear_attn.ssm_norm.weight",
+            "linear_attn.ssm_out_proj.weight",
             "mlp.gate_proj.weight",
             "mlp.up_proj.weight",
             "mlp.down_proj.weight",
@@ -309,8 +328,12 @@ fn plan(g: &GgufFile, d: &Dims) -> Result<Vec<Planned>> {
         };
         used.insert(t.gguf.clone());
         let two_d = src.dims.len() == 2;
-        // Embeddings and convolution kernels stay plain BF16 (q4nx-format §2).
-        let tiled = name != embedding && !name.ends_with("shortconv.conv.weight") && two_d;
+        // Embeddings, convolution kernels and the bf16 copies stay plain (q4nx-format §2).
+        let tiled = name != embedding
+            && !name.ends_with("shortconv.conv.weight")
+            && !name.ends_with("ssm_conv1d.weight")
+            && !name.ends_with(".bf16.weight")
+            && two_d;
         let padded = ffn_padded(&d.arch, &name, src.rows(), src.row_len());
         out.push(Planned {
             name,
@@ -384,6 +407,13 @@ fn resolve_tile(
             }
         }
     }
+    if choice == TileChoice::Auto && arch == "qwen35" {
+        return (
+            TileChoice::Q4_5120,
+            "tile=q4-5120 <- auto: qwen35 packs ship in Q41_5120 tiles (Qwen3.5 main, q4nx-format §7; a Q4_0 source is exact in them with m = −8·d), K padded to the 256-column grid where it is off it"
+                .to_string(),
+        );
+    }
     if choice == TileChoice::Auto && arch == "lfm2" {
         return (
             TileChoice::Q4_5120,
@@ -412,9 +442,11 @@ fn resolve_tile(
     }
 }
 
-/// The tile kind for a source of type `ty` under `choice`.
-fn kind_for(choice: TileChoice, ty: GgmlType) -> TileKind {
+/// The tile kind for a source of type `ty` under `choice` in family `arch`.
+fn kind_for(arch: &str, choice: TileChoice, ty: GgmlType) -> TileKind {
     match choice {
+        // Qwen3.5's packs have no Q40_5120 (q4nx-format §7).
+        TileChoice::Q4_5120 | TileChoice::Auto if arch == "qwen35" => TileKind::Q41_5120,
         TileChoice::Q4_5120 | TileChoice::Auto if ty == GgmlType::Q4_0 => TileKind::Q40_5120,
         TileChoice::Q4_5120 | TileChoice::Auto => TileKind::Q41_5120,
         TileChoice::Q4_1280 => TileKind::Q41_1280,
@@ -451,6 +483,9 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
         });
     }
     let dims = Dims::read(&g, &arch)?;
+    if arch == "qwen35" {
+        refuse_grouped_qwen35(&g)?;
+    }
     let mut planned = plan(&g, &dims)?;
     let (tile, tile_why) = resolve_tile(&g, &arch, &planned, opts.tile);
     let mut decisions = vec![tile_why];
@@ -469,13 +504,13 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
                 decisions.push(format!(
                     "tile[{}]={:?} <- --tile-for {pat}={c:?}",
                     p.name,
-                    kind_for(c, src.ty)
+                    kind_for(&arch, c, src.ty)
                 ));
                 c
             }
             None => tile,
         };
-        p.tiled = Some(kind_for(choice, src.ty));
+        p.tiled = Some(kind_for(&arch, choice, src.ty));
     }
     if let Some((pat, _)) = opts.tile_for.iter().find(|(pat, _)| {
         !planned
@@ -528,7 +563,9 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
             .at("write", &staging.path().join("chat_template.jinja"))?;
     }
 
-    let tensors = write_pack(&g, &planned, &staging.path().join("model.q4nx"))?;
+    // FastFlowLM writes Qwen3.5 tiles as [row blocks, column tiles, bytes] (keep_block_in_2D).
+    let three_d = arch == "qwen35";
+    let tensors = write_pack(&g, &planned, &staging.path().join("model.q4nx"), three_d)?;
     let report = ConvertReport {
         gguf: gguf.to_path_buf(),
         out: out.to_path_buf(),
@@ -561,7 +598,51 @@ fn write_json(path: &Path, v: &serde_json::Value) -> Result<()> {
 }
 
 /// Writes the container; returns one report per tensor.
-fn write_pack(g: &GgufFile, planned: &[Planned], path: &Path) -> Result<Vec<TensorReport>> {
+/// A Qwen3.5 whose value heads outnumber its key heads and whose FFN is wider than
+/// [`onebit_stages::model_spec::QWEN35_GROUPED_ABOVE_FFN`] is read in transformers' grouped
+/// value-head order (FastFlowLM reorders such packs, q4nx-format §5); this converter keeps
+/// llama.cpp's tiled order, so it refuses such a model rather than write a pack read wrong.
+fn refuse_grouped_qwen35(g: &GgufFile) -> Result<()> {
+    let u = |k: &str| g.meta(&format!("qwen35.{k}")).and_then(|v| v.as_u64());
+    let (nk, nv, ffn) = (
+        u("ssm.group_count"),
+        u("ssm.time_step_rank"),
+        u("feed_forward_length"),
+    );
+    if let (Some(nk), Some(nv), Some(ffn)) = (nk, nv, ffn)
+        && nk != nv
+        && ffn > onebit_stages::model_spec::QWEN35_GROUPED_ABOVE_FFN
+    {
+        return Err(refuse(
+            g.path(),
+            "qwen35.ssm.time_step_rank",
+            format!(
+                "{nv} value heads over {nk} key heads with FFN {ffn} > {}: such packs hold the value heads in transformers' grouped order, and this converter writes llama.cpp's tiled order only",
+                onebit_stages::model_spec::QWEN35_GROUPED_ABOVE_FFN
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a plain tensor is stored in f32 (FastFlowLM's Qwen3.5 `ssm_a` and `ssm_dt.bias`,
+/// q4nx-format §2), not bf16.
+fn stays_f32(name: &str) -> bool {
+    name.ends_with("linear_attn.ssm_a") || name.ends_with("linear_attn.ssm_dt.bias")
+}
+
+/// Whether a tiled tensor with fewer rows than a tile fills the tile with copies of its rows
+/// (FastFlowLM's Qwen3.5 `ssm_alpha/beta`: `h0..h15, h0..h15`, q4nx-format §4).
+fn repeats_rows(name: &str) -> bool {
+    name.ends_with("ssm_alpha_proj.weight") || name.ends_with("ssm_beta_proj.weight")
+}
+
+fn write_pack(
+    g: &GgufFile,
+    planned: &[Planned],
+    path: &Path,
+    three_d: bool,
+) -> Result<Vec<TensorReport>> {
     let mut entries = Vec::new();
     for p in planned {
         let src = g
@@ -570,11 +651,13 @@ fn write_pack(g: &GgufFile, planned: &[Planned], path: &Path) -> Result<Vec<Tens
         let (rows, k) = (src.rows(), src.row_len());
         let shape = match p.tiled {
             None if src.dims.len() == 1 => vec![k],
+            None if p.rows == RowMap::Transpose => vec![k, rows],
             None => vec![rows, k],
             Some(kind) => {
                 let (r, c) = (kind.rows() as u64, encode::grid_cols(kind) as u64);
                 let (rows_p, k_p) = p.padded;
-                if rows % r != 0 || rows_p % r != 0 {
+                let repeated = repeats_rows(&p.name) && rows < r;
+                if !repeated && (rows % r != 0 || rows_p % r != 0) {
                     return Err(refuse(
                         g.path(),
                         &p.src,
@@ -592,11 +675,18 @@ fn write_pack(g: &GgufFile, planned: &[Planned], path: &Path) -> Result<Vec<Tens
                         format!("K = {k} is not a multiple of the 32-column group"),
                     ));
                 }
-                vec![(rows_p / r) * k_p.div_ceil(c), kind.bytes() as u64]
+                let bands = rows_p.div_ceil(r);
+                if three_d {
+                    vec![bands, k_p.div_ceil(c), kind.bytes() as u64]
+                } else {
+                    vec![bands * k_p.div_ceil(c), kind.bytes() as u64]
+                }
             }
         };
         let dtype = if p.tiled.is_some() {
             Dtype::I8
+        } else if stays_f32(&p.name) {
+            Dtype::F32
         } else {
             Dtype::BF16
         };
@@ -671,6 +761,9 @@ fn write_plain(
     w: &mut dyn Write,
 ) -> Result<TensorReport> {
     let (rows, k) = (src.rows(), src.row_len());
+    if stays_f32(&p.name) || p.rows == RowMap::Transpose {
+        return write_small_plain(g, src, p, w);
+    }
     let scale = p.scale;
     let mut total = Err2::default();
     let mut r0 = 0;
@@ -711,6 +804,52 @@ fn write_plain(
         transform: p.note.clone(),
         rel_l2: total.rel(),
         max_abs: total.max,
+    })
+}
+
+/// A small plain tensor read whole: kept in f32 ([`stays_f32`]) or transposed
+/// ([`RowMap::Transpose`], Qwen3.5's `ssm_conv1d` as `[kernel][channels]`).
+fn write_small_plain(
+    g: &GgufFile,
+    src: &GgufTensor,
+    p: &Planned,
+    w: &mut dyn Write,
+) -> Result<TensorReport> {
+    let (rows, k) = (src.rows() as usize, src.row_len() as usize);
+    let mut vals = Vec::new();
+    g.rows_f32(src, 0, src.rows(), &mut vals)?;
+    if p.rows == RowMap::Transpose {
+        let mut t = vec![0f32; vals.len()];
+        for (r, row) in vals.chunks_exact(k).enumerate() {
+            for (c, &v) in row.iter().enumerate() {
+                t[c * rows + r] = v;
+            }
+        }
+        vals = t;
+    }
+    let f32_out = stays_f32(&p.name);
+    let mut e = Err2::default();
+    let mut bytes = Vec::with_capacity(vals.len() * 4);
+    for &v in &vals {
+        if f32_out {
+            e.add(v, v);
+            bytes.extend_from_slice(&v.to_le_bytes());
+        } else {
+            let b = bf16::from_f32(v);
+            e.add(b.to_f32(), v);
+            bytes.extend_from_slice(&b.to_le_bytes());
+        }
+    }
+    io(w, &bytes, g.path())?;
+    Ok(TensorReport {
+        name: p.name.clone(),
+        source: p.src.clone(),
+        source_type: src.ty.to_string(),
+        stored_as: if f32_out { "F32" } else { "BF16" }.into(),
+        method: if f32_out { "copied" } else { "rounded to bf16" }.into(),
+        transform: p.note.clone(),
+        rel_l2: e.rel(),
+        max_abs: e.max,
     })
 }
 
@@ -761,7 +900,9 @@ fn write_tiled(
     let (rows_p, k_p) = p.padded;
     let ct = k_p.div_ceil(encode::grid_cols(kind) as u64) as usize;
     let band_bytes = ct * kind.bytes();
-    let rb_total = rows / r_tile;
+    // Fewer rows than a tile (Qwen3.5's α/β): one band, its rows cycling through the source's.
+    let repeated = repeats_rows(&p.name) && rows < r_tile;
+    let rb_total = if repeated { 1 } else { rows / r_tile };
     let mut total = Err2::default();
     let mut rb0 = 0;
     while rb0 < rb_total {
@@ -774,7 +915,11 @@ fn write_tiled(
                 let mut gs: Vec<Group> = Vec::new();
                 let mut vals = vec![0f32; k as usize];
                 for r in 0..r_tile {
-                    let gr = p.rows.gguf_row(rb * r_tile + r) as usize;
+                    let gr = if repeated {
+                        (r % rows) as usize
+                    } else {
+                        p.rows.gguf_row(rb * r_tile + r) as usize
+                    };
                     let bytes = &data[gr * row_bytes..(gr + 1) * row_bytes];
                     onebit_stages::format::gguf::dequant::dequantize(src.ty, bytes, &mut vals)
                         .map_err(|ty| {
@@ -787,8 +932,11 @@ fn write_tiled(
                     } else {
                         groups::native_row(src.ty, codes, bytes, &mut gs);
                     }
-                    for (i, &v) in vals.iter().enumerate() {
-                        err.add(gs[i / 32].value(codes, i % 32), v);
+                    // A copy of a row already counted adds nothing to the error.
+                    if !repeated || r < rows {
+                        for (i, &v) in vals.iter().enumerate() {
+                            err.add(gs[i / 32].value(codes, i % 32), v);
+                        }
                     }
                     encode::place_row(kind, &mut band, r as usize, &gs);
                 }
@@ -803,7 +951,7 @@ fn write_tiled(
         rb0 = rb1;
     }
     let zero = vec![0u8; band_bytes];
-    for _ in rb_total..rows_p / r_tile {
+    for _ in rb_total..rows_p.div_ceil(r_tile) {
         io(w, &zero, g.path())?;
     }
     Ok(TensorReport {

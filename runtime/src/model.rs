@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{self, Path as KPath, QMatrix, TileLayout};
 use crate::ops;
 use crate::pack::Pack;
-use crate::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm};
+use crate::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, ValueHeadOrder};
 
 /// A weight matrix of the pack: tiles, or plain bf16 rows (embedding, a bf16 head).
 #[derive(Clone, Debug)]
@@ -55,10 +55,73 @@ struct ShortConv {
     kernel: usize,
 }
 
+/// The gated DeltaNet of one layer (Qwen3.5, [`Mixer::GatedDeltaNet`]).
+struct DeltaNet {
+    /// `(2·KD + VD) × H`: q, k, v.
+    qkv: Weight,
+    /// `VD × H`: the output gate z.
+    z: Weight,
+    /// `nV × H` each: the decay input α and the step input β.
+    alpha: Weight,
+    beta: Weight,
+    /// `H × VD`.
+    out: Weight,
+    /// `[kernel][2·KD + VD]` (the pack stores them so), tap `kernel − 1` on the current position.
+    taps: Vec<f32>,
+    /// `−exp(A_log)` per value head.
+    ssm_a: Vec<f32>,
+    /// Per value head, added to α before the softplus.
+    dt_bias: Vec<f32>,
+    /// `value_dim` gains of the gated output norm.
+    norm: Vec<f32>,
+    dims: DeltaDims,
+}
+
+/// A gated-DeltaNet layer's geometry.
+#[derive(Clone, Copy, Debug)]
+struct DeltaDims {
+    nk: usize,
+    dk: usize,
+    nv: usize,
+    dv: usize,
+    kernel: usize,
+    order: ValueHeadOrder,
+}
+
+impl DeltaDims {
+    /// Convolution channels: q, k and v.
+    fn channels(&self) -> usize {
+        2 * self.nk * self.dk + self.nv * self.dv
+    }
+    /// Floats of one sequence's delta-rule state.
+    fn state(&self) -> usize {
+        self.nv * self.dk * self.dv
+    }
+}
+
 /// What mixes positions in a layer.
 enum Mixing {
     Attention(Box<Attention>),
     ShortConv(Box<ShortConv>),
+    DeltaNet(Box<DeltaNet>),
+}
+
+impl Mixing {
+    /// Floats of one sequence's convolution state (0 for attention).
+    fn conv_state(&self, hidden: usize) -> usize {
+        match self {
+            Mixing::Attention(_) => 0,
+            Mixing::ShortConv(c) => (c.kernel - 1) * hidden,
+            Mixing::DeltaNet(d) => (d.dims.kernel - 1) * d.dims.channels(),
+        }
+    }
+    /// Floats of one sequence's delta-rule state (0 but for a gated DeltaNet).
+    fn ssm_state(&self) -> usize {
+        match self {
+            Mixing::DeltaNet(d) => d.dims.state(),
+            _ => 0,
+        }
+    }
 }
 
 struct Layer {
@@ -174,6 +237,9 @@ pub struct Session {
     /// Per layer: a short-convolution layer's last `kernel − 1` inputs, oldest first, `[tap][H]`
     /// (empty for other layers). Zero at position 0, as the convolution's causal padding is.
     conv: Vec<Vec<f32>>,
+    /// Per layer: a gated-DeltaNet layer's state, `[value head][key dim][value dim]` (empty for
+    /// other layers).
+    ssm: Vec<Vec<f32>>,
     /// How many of the best logits the sampler reading this session uses (0 = all of them).
     reads_top: usize,
 }
@@ -188,6 +254,7 @@ impl Session {
             k: Vec::new(),
             v: Vec::new(),
             conv: Vec::new(),
+            ssm: Vec::new(),
             reads_top: 0,
         }
     }
@@ -202,7 +269,7 @@ impl Session {
     }
 
     /// Forgets everything after position `pos` (keeps a shared prompt prefix) and returns the
-    /// position kept. Recurrent state (a short-convolution layer's last inputs) holds no history
+    /// position kept. Recurrent state (a convolution's last inputs, a delta-rule state) holds no history
     /// to rewind to: a session with such layers goes back to position 0, its state cleared,
     /// whenever `pos` is before its current position. Truncating to 0 always starts afresh.
     pub fn truncate(&mut self, pos: usize) -> usize {
@@ -210,7 +277,7 @@ impl Session {
             return self.pos;
         }
         if pos == 0 || self.has_recurrent_state() {
-            for c in &mut self.conv {
+            for c in self.conv.iter_mut().chain(self.ssm.iter_mut()) {
                 c.fill(0.0);
             }
             self.pos = 0;
@@ -223,11 +290,18 @@ impl Session {
     /// Whether any layer keeps recurrent state (which cannot be rewound; see
     /// [`Session::truncate`]).
     pub fn has_recurrent_state(&self) -> bool {
-        self.conv.iter().any(|c| !c.is_empty())
+        self.conv.iter().chain(&self.ssm).any(|c| !c.is_empty())
     }
 
-    /// A short-convolution layer's state: its last `kernel − 1` inputs, oldest first,
-    /// `[tap][hidden]` (empty for other layers; tests compare states).
+    /// A gated-DeltaNet layer's state, `[value head][key dim][value dim]` (empty for other
+    /// layers; tests compare states).
+    pub fn ssm_state(&self, layer: usize) -> &[f32] {
+        &self.ssm[layer]
+    }
+
+    /// A convolution's state: its last `kernel − 1` inputs, oldest first, `[tap][channel]`
+    /// (hidden channels for a short convolution, q/k/v for a gated DeltaNet; empty for
+    /// attention layers; tests compare states).
     pub fn conv_state(&self, layer: usize) -> &[f32] {
         &self.conv[layer]
     }
@@ -371,7 +445,11 @@ impl Model {
             let qk = spec.qk_norm != QkNorm::Off;
             let mixing = match spec.layers[i].mixer {
                 Mixer::Attention => Mixing::Attention(Box::new(Attention {
-                    q: weight(&n("self_attn.q_proj.weight"), qr, h)?,
+                    q: weight(
+                        &n("self_attn.q_proj.weight"),
+                        if spec.attn_output_gate { 2 * qr } else { qr },
+                        h,
+                    )?,
                     k: weight(&n("self_attn.k_proj.weight"), kvr, h)?,
                     v: weight(&n("self_attn.v_proj.weight"), kvr, h)?,
                     o: weight(&n("self_attn.o_proj.weight"), h, qr)?,
@@ -412,6 +490,62 @@ impl Model {
                         out_proj: weight(&n("shortconv.out_proj.weight"), h, h)?,
                         taps: by_tap,
                         kernel,
+                    }))
+                }
+                Mixer::GatedDeltaNet {
+                    key_heads,
+                    key_dim,
+                    value_heads,
+                    value_dim,
+                    kernel,
+                    value_order,
+                } => {
+                    let dims = DeltaDims {
+                        nk: key_heads,
+                        dk: key_dim,
+                        nv: value_heads,
+                        dv: value_dim,
+                        kernel,
+                        order: value_order,
+                    };
+                    let bad = |what: String| Error::Pack {
+                        pack: dir.clone(),
+                        what,
+                    };
+                    if key_heads == 0 || value_heads % key_heads != 0 || kernel == 0 {
+                        return Err(bad(format!(
+                            "layer {i}: {value_heads} value heads over {key_heads} key heads, {kernel} taps"
+                        )));
+                    }
+                    let (c, vd) = (dims.channels(), value_heads * value_dim);
+                    let sized = |name: String, len: usize| -> Result<Vec<f32>> {
+                        let v = vector(&name, false)?;
+                        if v.len() != len {
+                            return Err(bad(format!("{name}: {} values, expected {len}", v.len())));
+                        }
+                        Ok(v)
+                    };
+                    // α and β: the exact bf16 copy where the pack has one (FastFlowLM writes
+                    // both), else the tiles.
+                    let small = |proj: &str| -> Result<Weight> {
+                        let copy = n(&format!("linear_attn.{proj}.bf16.weight"));
+                        if pack.stored(&copy).is_some() {
+                            weight(&copy, value_heads, h)
+                        } else {
+                            weight(&n(&format!("linear_attn.{proj}.weight")), value_heads, h)
+                        }
+                    };
+                    Mixing::DeltaNet(Box::new(DeltaNet {
+                        qkv: weight(&n("linear_attn.qkv_proj.weight"), c, h)?,
+                        z: weight(&n("self_attn.gate_proj.weight"), vd, h)?,
+                        alpha: small("ssm_alpha_proj")?,
+                        beta: small("ssm_beta_proj")?,
+                        out: weight(&n("linear_attn.ssm_out_proj.weight"), h, vd)?,
+                        taps: sized(n("linear_attn.ssm_conv1d.weight"), kernel * c)?,
+                        ssm_a: sized(n("linear_attn.ssm_a"), value_heads)?,
+                        dt_bias: sized(n("linear_attn.ssm_dt.bias"), value_heads)?,
+                        norm: sized(n("linear_attn.ssm_norm.weight"), value_dim)?,
+                        dims,
                     }))
                 }
             };
@@ -582,6 +716,7 @@ impl Model {
             match &l.mixing {
                 Mixing::Attention(a) => v.extend([&a.q, &a.k, &a.v, &a.o]),
                 Mixing::ShortConv(c) => v.extend([&c.in_proj, &c.out_proj]),
+                Mixing::DeltaNet(d) => v.extend([&d.qkv, &d.z, &d.alpha, &d.beta, &d.out]),
             }
             v.extend([&l.gate, &l.up, &l.down]);
         }
@@ -641,7 +776,7 @@ impl Model {
             .iter()
             .map(|l| match &l.mixing {
                 Mixing::Attention(_) => 2 * capacity * self.spec.kv_rows(),
-                Mixing::ShortConv(c) => (c.kernel - 1) * self.spec.hidden,
+                m => m.conv_state(self.spec.hidden) + m.ssm_state(),
             })
             .sum();
         floats * std::mem::size_of::<f32>()
@@ -665,7 +800,7 @@ impl Model {
         let kvr = self.spec.kv_rows();
         let cache = |l: &Layer| match &l.mixing {
             Mixing::Attention(_) => vec![0f32; capacity * kvr],
-            Mixing::ShortConv(_) => Vec::new(),
+            _ => Vec::new(),
         };
         Session {
             pos: 0,
@@ -675,10 +810,12 @@ impl Model {
             conv: self
                 .layers
                 .iter()
-                .map(|l| match &l.mixing {
-                    Mixing::Attention(_) => Vec::new(),
-                    Mixing::ShortConv(c) => vec![0f32; (c.kernel - 1) * self.spec.hidden],
-                })
+                .map(|l| vec![0f32; l.mixing.conv_state(self.spec.hidden)])
+                .collect(),
+            ssm: self
+                .layers
+                .iter()
+                .map(|l| vec![0f32; l.mixing.ssm_state()])
                 .collect(),
             reads_top: 0,
         }
@@ -823,14 +960,35 @@ impl Model {
             k,
             v,
             att,
+            gate,
             angles,
         } = sc;
-        self.matmul_many(
-            &[&l.q, &l.k, &l.v],
-            hbuf,
-            n,
-            &mut [&mut q[..], &mut k[..], &mut v[..]],
-        )?;
+        if sp.attn_output_gate {
+            // q_proj's rows are all q, then all gates (the pack's stacked order).
+            let mut qg = vec![0f32; n * 2 * qr];
+            self.matmul_many(
+                &[&l.q, &l.k, &l.v],
+                hbuf,
+                n,
+                &mut [&mut qg[..], &mut k[..], &mut v[..]],
+            )?;
+            gate.resize(n * qr, 0.0);
+            for ((row, qt), gt) in qg
+                .chunks_exact(2 * qr)
+                .zip(q.chunks_exact_mut(qr))
+                .zip(gate.chunks_exact_mut(qr))
+            {
+                qt.copy_from_slice(&row[..qr]);
+                gt.copy_from_slice(&row[qr..]);
+            }
+        } else {
+            self.matmul_many(
+                &[&l.q, &l.k, &l.v],
+                hbuf,
+                n,
+                &mut [&mut q[..], &mut k[..], &mut v[..]],
+            )?;
+        }
         for (buf, bias) in [
             (&mut *q, &l.q_bias),
             (&mut *k, &l.k_bias),
@@ -929,6 +1087,11 @@ impl Model {
                     }
                 }
             });
+        if sp.attn_output_gate {
+            for (a, &g) in att.iter_mut().zip(gate.iter()) {
+                *a *= ops::sigmoid(g);
+            }
+        }
         Ok(())
     }
 
@@ -998,6 +1161,7 @@ impl Model {
             k: vec![0f32; n * kvr],
             v: vec![0f32; n * kvr],
             att: vec![0f32; n * qr],
+            gate: Vec::new(),
             angles: vec![None; sp.ropes.len()],
         };
         let mut o = vec![0f32; n * h];
@@ -1006,6 +1170,7 @@ impl Model {
         // Short-convolution states as this pass leaves them, written back only when the whole
         // pass succeeds (a refused pass leaves every session as it was).
         let mut conv_states: Vec<(usize, Vec<Vec<f32>>)> = Vec::new();
+        let mut ssm_states: Vec<(usize, Vec<Vec<f32>>)> = Vec::new();
         for (li, (l, ls)) in self.layers.iter().zip(&sp.layers).enumerate() {
             ops::rmsnorm(&x, &l.attn_norm, sp.eps, &mut hbuf);
             let rec = self.recording();
@@ -1045,6 +1210,51 @@ impl Model {
                     }
                     self.matmul(&c.out_proj, &y, n, &mut o)?;
                 }
+                Mixing::DeltaNet(d) => {
+                    let dd = d.dims;
+                    if rec {
+                        self.record(
+                            &[
+                                lname("linear_attn.qkv_proj.weight"),
+                                lname("self_attn.gate_proj.weight"),
+                                lname("linear_attn.ssm_alpha_proj.weight"),
+                                lname("linear_attn.ssm_beta_proj.weight"),
+                            ],
+                            &hbuf,
+                            n,
+                        );
+                    }
+                    let vd = dd.nv * dd.dv;
+                    let mut qkv = vec![0f32; n * dd.channels()];
+                    let mut z = vec![0f32; n * vd];
+                    let mut alpha = vec![0f32; n * dd.nv];
+                    let mut beta = vec![0f32; n * dd.nv];
+                    self.matmul_many(&[&d.qkv, &d.z], &hbuf, n, &mut [&mut qkv[..], &mut z[..]])?;
+                    self.matmul_many(
+                        &[&d.alpha, &d.beta],
+                        &hbuf,
+                        n,
+                        &mut [&mut alpha[..], &mut beta[..]],
+                    )?;
+                    let mut conv: Vec<Vec<f32>> =
+                        sessions.iter().map(|s| s.conv[li].clone()).collect();
+                    let mut ssm: Vec<Vec<f32>> =
+                        sessions.iter().map(|s| s.ssm[li].clone()).collect();
+                    let mut y = vec![0f32; n * vd];
+                    let inputs = DeltaInputs {
+                        qkv: &qkv,
+                        z: &z,
+                        alpha: &alpha,
+                        beta: &beta,
+                    };
+                    delta_net(d, inputs, &seq_pos, &mut conv, &mut ssm, &mut y, sp.eps);
+                    conv_states.push((li, conv));
+                    ssm_states.push((li, ssm));
+                    if rec {
+                        self.record(&[lname("linear_attn.ssm_out_proj.weight")], &y, n);
+                    }
+                    self.matmul(&d.out, &y, n, &mut o)?;
+                }
             }
             add_branch(&mut x, &mut o, l.post_attn_norm.as_deref(), sp.eps);
             ops::rmsnorm(&x, &l.ffn_norm, sp.eps, &mut hbuf);
@@ -1080,6 +1290,11 @@ impl Model {
         for (li, states) in conv_states {
             for (s, st) in sessions.iter_mut().zip(states) {
                 s.conv[li] = st;
+            }
+        }
+        for (li, states) in ssm_states {
+            for (s, st) in sessions.iter_mut().zip(states) {
+                s.ssm[li] = st;
             }
         }
         for (s, &end) in sessions.iter_mut().zip(&next) {
@@ -1129,6 +1344,8 @@ struct AttnScratch {
     k: Vec<f32>,
     v: Vec<f32>,
     att: Vec<f32>,
+    /// The output gates (models with a gated attention output; sized when first used).
+    gate: Vec<f32>,
     /// RoPE angles per table and row, made when a layer first needs them.
     angles: Vec<Option<Vec<ops::RopeAngles>>>,
 }
@@ -1173,6 +1390,147 @@ fn short_conv(
         if kern > 1 {
             st.copy_within(h.., 0);
             st[(kern - 2) * h..].copy_from_slice(&bx);
+        }
+    }
+}
+
+/// A gated-DeltaNet layer's projections of this pass's rows.
+#[derive(Clone, Copy)]
+struct DeltaInputs<'a> {
+    /// `[rows][2·KD + VD]`: q, k, v before the convolution.
+    qkv: &'a [f32],
+    /// `[rows][VD]`: the output gate.
+    z: &'a [f32],
+    /// `[rows][nV]` each.
+    alpha: &'a [f32],
+    beta: &'a [f32],
+}
+
+/// `ln(1 + eˣ)`, linear above 20 as torch's softplus.
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 { x } else { x.exp().ln_1p() }
+}
+
+/// The gated DeltaNet over the rows at `seq_pos` (rows of one sequence in order): the causal
+/// convolution + SiLU over q, k, v (advancing `conv[i]`), L2-normalised q and k, the delta rule
+/// per value head on `ssm[i]` (one task per sequence and head, each over its sequence's rows in
+/// order), and the gated RMSNorm into `y` (`[rows][VD]`). Prefill and token-by-token steps run
+/// the same arithmetic per row, so they leave the same state.
+fn delta_net(
+    d: &DeltaNet,
+    x: DeltaInputs<'_>,
+    seq_pos: &[(usize, usize)],
+    conv: &mut [Vec<f32>],
+    ssm: &mut [Vec<f32>],
+    y: &mut [f32],
+    eps: f32,
+) {
+    let dd = d.dims;
+    let (c, kern) = (dd.channels(), dd.kernel);
+    let (nk, dk, nv, dv) = (dd.nk, dd.dk, dd.nv, dd.dv);
+    let n = seq_pos.len();
+    let mut xc = vec![0f32; n * c];
+    for (t, &(i, _)) in seq_pos.iter().enumerate() {
+        let input = &x.qkv[t * c..(t + 1) * c];
+        let st = &mut conv[i];
+        let out = &mut xc[t * c..(t + 1) * c];
+        let last = &d.taps[(kern - 1) * c..kern * c];
+        for ((o, &w), &v) in out.iter_mut().zip(last).zip(input) {
+            *o = w * v;
+        }
+        for j in 0..kern - 1 {
+            let (w, past) = (&d.taps[j * c..(j + 1) * c], &st[j * c..(j + 1) * c]);
+            for ((o, &w), &v) in out.iter_mut().zip(w).zip(past) {
+                *o += w * v;
+            }
+        }
+        for o in out.iter_mut() {
+            *o = ops::silu(*o);
+        }
+        if kern > 1 {
+            st.copy_within(c.., 0);
+            st[(kern - 2) * c..].copy_from_slice(input);
+        }
+    }
+    // q and k heads to unit length (eps 1e-6 inside the root, as transformers' l2norm); q also
+    // × 1/√dk.
+    let q_scale = 1.0 / (dk as f32).sqrt();
+    let unit = |row: &mut [f32]| {
+        for (hd, head) in row[..2 * nk * dk].chunks_exact_mut(dk).enumerate() {
+            let inv = 1.0 / (ops::dot(head, head) + 1e-6).sqrt();
+            let s = if hd < nk { inv * q_scale } else { inv };
+            for v in head.iter_mut() {
+                *v *= s;
+            }
+        }
+    };
+    if n >= PARALLEL_ROWS {
+        xc.par_chunks_exact_mut(c).for_each(unit);
+    } else {
+        xc.chunks_exact_mut(c).for_each(unit);
+    }
+    let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); conv.len()];
+    for (t, &(i, _)) in seq_pos.iter().enumerate() {
+        rows_of[i].push(t);
+    }
+    let tasks: Vec<(usize, usize, &mut [f32])> = ssm
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| !rows_of[*i].is_empty())
+        .flat_map(|(i, st)| {
+            st.chunks_exact_mut(dk * dv)
+                .enumerate()
+                .map(move |(h, s)| (i, h, s))
+        })
+        .collect();
+    let xc = &xc;
+    let outs: Vec<(usize, usize, Vec<f32>)> = tasks
+        .into_par_iter()
+        .map(|(i, h, s)| {
+            let kh = dd.order.key_head(h, nk, nv);
+            let rows = &rows_of[i];
+            let mut out = vec![0f32; rows.len() * dv];
+            let mut kv = vec![0f32; dv];
+            for (r, &t) in rows.iter().enumerate() {
+                let row = &xc[t * c..(t + 1) * c];
+                let q = &row[kh * dk..(kh + 1) * dk];
+                let k = &row[nk * dk + kh * dk..nk * dk + (kh + 1) * dk];
+                let v = &row[2 * nk * dk + h * dv..2 * nk * dk + (h + 1) * dv];
+                let decay = (d.ssm_a[h] * softplus(x.alpha[t * nv + h] + d.dt_bias[h])).exp();
+                let beta = ops::sigmoid(x.beta[t * nv + h]);
+                // S ← decay·S; kv = Sᵀk; δ = β(v − kv); S += k δᵀ; o = Sᵀq.
+                kv.fill(0.0);
+                for (srow, &kk) in s.chunks_exact_mut(dv).zip(k) {
+                    for e in srow.iter_mut() {
+                        *e *= decay;
+                    }
+                    ops::axpy(&mut kv, kk, srow);
+                }
+                for (e, &vv) in kv.iter_mut().zip(v) {
+                    *e = (vv - *e) * beta;
+                }
+                let o = &mut out[r * dv..(r + 1) * dv];
+                for ((srow, &kk), &qq) in s.chunks_exact_mut(dv).zip(k).zip(q) {
+                    ops::axpy(srow, kk, &kv);
+                    ops::axpy(o, qq, srow);
+                }
+            }
+            (i, h, out)
+        })
+        .collect();
+    let vd = nv * dv;
+    for (i, h, out) in outs {
+        for (&t, o) in rows_of[i].iter().zip(out.chunks_exact(dv)) {
+            y[t * vd + h * dv..t * vd + (h + 1) * dv].copy_from_slice(o);
+        }
+    }
+    // RMSNorm per head (no mean), × ssm_norm × SiLU(z).
+    for (yt, zt) in y.chunks_exact_mut(vd).zip(x.z.chunks_exact(vd)) {
+        for (head, zh) in yt.chunks_exact_mut(dv).zip(zt.chunks_exact(dv)) {
+            let inv = 1.0 / (ops::dot(head, head) / dv as f32 + eps).sqrt();
+            for ((e, &w), &g) in head.iter_mut().zip(&d.norm).zip(zh) {
+                *e = *e * inv * w * ops::silu(g);
+            }
         }
     }
 }

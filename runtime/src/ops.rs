@@ -74,6 +74,12 @@ impl RopeAngles {
     }
 }
 
+/// σ(x) = 1 / (1 + e⁻ˣ).
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
 /// x·σ(x).
 #[inline]
 pub fn silu(x: f32) -> f32 {

@@ -52,6 +52,50 @@ pub enum Mixer {
         /// Taps of the convolution (`conv_L_cache`).
         kernel: usize,
     },
+    /// Qwen3.5's gated DeltaNet (`linear_attn.*`): `qkv_proj` gives q, k (`key_heads × key_dim`
+    /// each) and v (`value_heads × value_dim`), a causal depthwise convolution of `kernel` taps
+    /// and SiLU run over those channels, q and k are L2-normalised per head, and each value head
+    /// keeps a `key_dim × value_dim` state updated by the delta rule with decay
+    /// `exp(ssm_a·softplus(α + ssm_dt.bias))` and step `β = σ(beta)`; the output is RMS-normed
+    /// per head, × `ssm_norm` × SiLU(z) (`self_attn.gate_proj`), then `ssm_out_proj`. Its state
+    /// per sequence is the convolution's last `kernel − 1` inputs and every head's matrix.
+    GatedDeltaNet {
+        /// Query/key heads.
+        key_heads: usize,
+        /// Query/key head dim.
+        key_dim: usize,
+        /// Value heads (a multiple of `key_heads`).
+        value_heads: usize,
+        /// Value head dim.
+        value_dim: usize,
+        /// Taps of the convolution.
+        kernel: usize,
+        /// Which key head each value head reads.
+        value_order: ValueHeadOrder,
+    },
+}
+
+/// How a gated-DeltaNet layer's value heads map to its key heads when there are more of them
+/// (semantics.md §4.6): every value-indexed weight (the v rows of `qkv_proj`, z, α, β, `ssm_a`,
+/// `ssm_dt.bias`, the `ssm_out_proj` columns, the v channels of the convolution) is in this order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueHeadOrder {
+    /// llama.cpp's order (GGUF-derived packs): value head j reads key head `j mod key_heads`.
+    #[default]
+    Tiled,
+    /// transformers' order: value head j reads key head `j / (value_heads / key_heads)`.
+    Grouped,
+}
+
+impl ValueHeadOrder {
+    /// The key head value head `j` reads.
+    pub fn key_head(self, j: usize, key_heads: usize, value_heads: usize) -> usize {
+        match self {
+            ValueHeadOrder::Tiled => j % key_heads.max(1),
+            ValueHeadOrder::Grouped => j / (value_heads / key_heads.max(1)).max(1),
+        }
+    }
 }
 
 /// One decoder layer.
@@ -111,6 +155,10 @@ pub struct ModelSpec {
     /// host re-scores the tiled head's best candidates against it (see `Model::set_head_rescore`).
     #[serde(default)]
     pub tied_head: bool,
+    /// `q_proj` holds a sigmoid output gate after the queries (`2·heads·head_dim` rows: all q,
+    /// then all gates, Qwen3.5): attention's output × σ(gate) before `o_proj`.
+    #[serde(default)]
+    pub attn_output_gate: bool,
     /// `cap·tanh(logits/cap)` on the final logits.
     pub final_softcap: Option<f32>,
     /// `cap·tanh(scores/cap)` on attention scores.

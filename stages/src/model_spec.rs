@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use onebit_runtime::pack::TensorEntry;
-use onebit_runtime::spec::{self, Act, LayerSpec, Mixer, ModelSpec, RopeTable};
+use onebit_runtime::spec::{self, Act, LayerSpec, Mixer, ModelSpec, RopeTable, ValueHeadOrder};
 
 use crate::error::{Error, Result};
 use crate::layout::geometry::ffn_pad_of;
@@ -15,14 +15,20 @@ use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Activation, Family, LayerKind, QkNorm, Semantics};
 
 /// Families the host forward pass runs.
-pub const HOST_FAMILIES: [Family; 6] = [
+pub const HOST_FAMILIES: [Family; 7] = [
     Family::Gemma3,
     Family::Llama,
     Family::Qwen2,
     Family::Qwen3,
     Family::Hunyuan,
     Family::Lfm2,
+    Family::Qwen3_5,
 ];
+
+/// FFN width above which FastFlowLM's converter puts a Qwen3.5 pack's value heads in
+/// transformers' grouped order (q4nx-format §5, "qwen35 big (4B/9B: FFN > 6144)"); below it the
+/// pack keeps llama.cpp's tiled order.
+pub const QWEN35_GROUPED_ABOVE_FFN: u64 = 6144;
 
 fn refuse(file: &Path, what: &str, reason: impl Into<String>) -> Error {
     Error::Refused {
@@ -45,15 +51,13 @@ pub fn model_spec(
             file,
             "model_type",
             format!(
-                "the host runtime does not run family {:?} ({}) yet; it runs gemma3, llama, qwen2, qwen3, hunyuan_v1_dense, lfm2",
+                "the host runtime does not run family {:?} ({}) yet; it runs gemma3, llama, qwen2, qwen3, hunyuan_v1_dense, lfm2, qwen3_5",
                 sem.family, sem.model_type
             ),
         ));
     }
     let unsupported = [
         (sem.moe.is_some(), "mixture-of-experts layers"),
-        (sem.linear.is_some(), "linear-attention layers"),
-        (sem.attn_output_gate, "a gated attention output"),
         (sem.attn_sinks, "attention sinks"),
         (sem.multipliers.is_some(), "granite multipliers"),
         (sem.o_bias || sem.mlp_bias, "output/MLP biases"),
@@ -70,6 +74,7 @@ pub fn model_spec(
     let mut ropes: Vec<RopeTable> = Vec::new();
     let mut rope_index: BTreeMap<String, usize> = BTreeMap::new();
     let mut layers = Vec::new();
+    let delta_net = delta_net_mixer(sem, file, &mut dec)?;
     for (i, kind) in sem.layer_kinds.iter().enumerate() {
         let window = match kind {
             LayerKind::FullAttention => None,
@@ -84,12 +89,20 @@ pub fn model_spec(
                 });
                 continue;
             }
-            other => {
-                return Err(refuse(
-                    file,
-                    &format!("layer_kind[{i}]"),
-                    format!("the host runtime does not run {other:?} layers"),
-                ));
+            LayerKind::LinearAttention => {
+                let mixer = delta_net.ok_or_else(|| {
+                    refuse(
+                        file,
+                        &format!("layer_kind[{i}]"),
+                        "a linear_attention layer without linear dims in the semantics",
+                    )
+                })?;
+                layers.push(LayerSpec {
+                    window: None,
+                    rope: 0,
+                    mixer,
+                });
+                continue;
             }
         };
         let key = kind.rope_key().unwrap_or("full");
@@ -136,6 +149,22 @@ pub fn model_spec(
             conv.join(","),
             sem.conv_kernel.unwrap_or(3)
         ));
+    }
+    let linear: Vec<String> = (0..layers.len())
+        .filter(|&i| matches!(layers[i].mixer, Mixer::GatedDeltaNet { .. }))
+        .map(|i| i.to_string())
+        .collect();
+    if !linear.is_empty() {
+        dec.push(format!(
+            "mixer[{}]=gated DeltaNet <- semantics layer_kind linear_attention, linear dims",
+            linear.join(",")
+        ));
+    }
+    if sem.attn_output_gate {
+        dec.push(
+            "attn_output_gate=true <- semantics attn_output_gate (q_proj rows: all q, then all gates)"
+                .into(),
+        );
     }
     if ropes.is_empty() {
         // Every layer a convolution: keep index 0 valid.
@@ -204,6 +233,7 @@ pub fn model_spec(
         embed_scale,
         tied_head_divisor: tied_div,
         tied_head: sem.tied,
+        attn_output_gate: sem.attn_output_gate,
         final_softcap: sem.final_softcap.map(|v| v as f32),
         attn_softcap: sem.attn_softcap.map(|v| v as f32),
         bos: sem.bos_id.map(|v| v as u32),
@@ -212,6 +242,51 @@ pub fn model_spec(
         context: sem.context.unwrap_or(4096) as usize,
     };
     Ok((spec, dec))
+}
+
+/// The gated-DeltaNet mixer of a model with linear dims, its value-head order decided (and
+/// recorded) by the FastFlowLM rule.
+fn delta_net_mixer(sem: &Semantics, file: &Path, dec: &mut Vec<String>) -> Result<Option<Mixer>> {
+    let Some(l) = &sem.linear else {
+        return Ok(None);
+    };
+    if l.key_heads == 0 || l.value_heads % l.key_heads != 0 {
+        return Err(refuse(
+            file,
+            "linear_num_value_heads",
+            format!(
+                "{} value heads do not share {} key heads evenly",
+                l.value_heads, l.key_heads
+            ),
+        ));
+    }
+    let value_order = if l.value_heads == l.key_heads {
+        dec.push(format!(
+            "value_order=tiled <- linear_num_value_heads = linear_num_key_heads = {} (no sharing: both orders agree)",
+            l.key_heads
+        ));
+        ValueHeadOrder::Tiled
+    } else if sem.intermediate > QWEN35_GROUPED_ABOVE_FFN {
+        dec.push(format!(
+            "value_order=grouped <- intermediate {} > {QWEN35_GROUPED_ABOVE_FFN}: FastFlowLM reorders a big Qwen3.5's value heads into transformers' order (q4nx-format §5, inferred)",
+            sem.intermediate
+        ));
+        ValueHeadOrder::Grouped
+    } else {
+        dec.push(format!(
+            "value_order=tiled <- intermediate {} <= {QWEN35_GROUPED_ABOVE_FFN}: the pack keeps llama.cpp's order (value head j reads key head j mod {})",
+            sem.intermediate, l.key_heads
+        ));
+        ValueHeadOrder::Tiled
+    };
+    Ok(Some(Mixer::GatedDeltaNet {
+        key_heads: l.key_heads as usize,
+        key_dim: l.key_head_dim as usize,
+        value_heads: l.value_heads as usize,
+        value_dim: l.value_head_dim as usize,
+        kernel: l.conv_kernel as usize,
+        value_order,
+    }))
 }
 
 /// The tensor table from the detected layouts.

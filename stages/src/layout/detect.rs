@@ -271,15 +271,32 @@ pub fn detect_tensor_with(
         reader.decode_row_block(rb as usize - 1, &mut out, &mut scratch);
         let first_pad = (rows % kind.rows() as u64) as usize;
         let kp = reader.padded_k();
-        if out[first_pad * kp..].iter().any(|v| *v != 0.0) {
+        let pad = &out[first_pad * kp..];
+        // Qwen3.5's α/β (fewer rows than a tile) fill the tile with copies of their rows
+        // (q4nx-format §4): row r of the band is row r mod rows.
+        let copies = role == Role::LinearHead
+            && rb == 1
+            && pad
+                .chunks_exact(kp)
+                .enumerate()
+                .all(|(i, row)| {
+                    let src = (first_pad + i) % first_pad.max(1);
+                    row == &out[src * kp..(src + 1) * kp]
+                });
+        if copies {
+            why.push(format!(
+                "rows {rows} repeated to fill the {padded_rows}-row tile (FastFlowLM's α/β copies)"
+            ));
+        } else if pad.iter().any(|v| *v != 0.0) {
             return Err(format!(
                 "{rows} rows are off the {}-row grid of {kind} and the pad rows {rows}..{padded_rows} do not decode to 0",
                 kind.rows()
             ));
+        } else {
+            why.push(format!(
+                "rows {rows} padded to {padded_rows} with zero rows"
+            ));
         }
-        why.push(format!(
-            "rows {rows} padded to {padded_rows} with zero rows"
-        ));
     }
     let mut l = base(
         Layout::Tiled {

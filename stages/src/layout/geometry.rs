@@ -30,6 +30,9 @@ pub struct Geometry {
     pub q_gate: bool,
     /// FFN width padded to this multiple before tiling (1 = none).
     pub ffn_pad: u64,
+    /// Gated-DeltaNet dims (Qwen3.5 `linear_num_key_heads` …): key heads, key dim, value heads,
+    /// value dim.
+    pub linear: Option<[u64; 4]>,
     /// One `name=value <- source` line per decision.
     pub decisions: Vec<String>,
 }
@@ -56,6 +59,15 @@ pub enum Role {
     Up,
     /// FFN down.
     Down,
+    /// Gated-DeltaNet q/k/v projection (Qwen3.5 `linear_attn.qkv_proj`, `(2·KD + VD) × H`).
+    LinearQkv,
+    /// Gated-DeltaNet output gate z (Qwen3.5 `self_attn.gate_proj` on a linear layer, `VD × H`).
+    LinearZ,
+    /// Gated-DeltaNet decay or step input (`linear_attn.ssm_alpha_proj` / `ssm_beta_proj`,
+    /// `nV × H`; FastFlowLM fills the rest of their 32-row tile with copies).
+    LinearHead,
+    /// Gated-DeltaNet output projection (`linear_attn.ssm_out_proj`, `H × VD`).
+    LinearOut,
     /// Short-convolution input projection (LFM2 `shortconv.in_proj`: B, C and x, `3H × H`).
     ConvIn,
     /// Short-convolution output projection (LFM2 `shortconv.out_proj`, `H × H`).
@@ -79,6 +91,10 @@ impl Role {
             Role::Gate => "gate_proj",
             Role::Up => "up_proj",
             Role::Down => "down_proj",
+            Role::LinearQkv => "linear_qkv_proj",
+            Role::LinearZ => "linear_z_proj",
+            Role::LinearHead => "linear_alpha_beta_proj",
+            Role::LinearOut => "linear_out_proj",
             Role::ConvIn => "conv_in_proj",
             Role::ConvOut => "conv_out_proj",
             Role::Norm => "norm",
@@ -98,6 +114,16 @@ pub fn role_of(name: &str) -> (Role, Option<u32>) {
         Role::LmHead
     } else if name.ends_with("embed_tokens.weight") || name.ends_with("token_embd.weight") {
         Role::Embedding
+    } else if name.ends_with("linear_attn.qkv_proj.weight") {
+        Role::LinearQkv
+    } else if name.ends_with("self_attn.gate_proj.weight") {
+        Role::LinearZ
+    } else if name.ends_with("linear_attn.ssm_alpha_proj.weight")
+        || name.ends_with("linear_attn.ssm_beta_proj.weight")
+    {
+        Role::LinearHead
+    } else if name.ends_with("linear_attn.ssm_out_proj.weight") {
+        Role::LinearOut
     } else if name.ends_with("shortconv.in_proj.weight") {
         Role::ConvIn
     } else if name.ends_with("shortconv.out_proj.weight") {
@@ -237,6 +263,22 @@ impl Geometry {
             }
             None => false,
         };
+        let linear_keys = [
+            "linear_num_key_heads",
+            "linear_key_head_dim",
+            "linear_num_value_heads",
+            "linear_value_head_dim",
+        ];
+        let linear = match linear_keys.map(|k| c.get(k).and_then(Value::as_u64)) {
+            [Some(a), Some(b), Some(v), Some(d)] => {
+                decisions.push(format!(
+                    "linear={a}x{b} keys, {v}x{d} values <- {}",
+                    linear_keys.join(", ")
+                ));
+                Some([a, b, v, d])
+            }
+            _ => None,
+        };
         let ffn_pad = ffn_pad_of(&model_type);
         if ffn_pad > 1 {
             decisions.push(format!(
@@ -253,6 +295,7 @@ impl Geometry {
             vocab,
             q_gate,
             ffn_pad,
+            linear,
             decisions,
         })
     }
@@ -274,6 +317,16 @@ impl Geometry {
             Role::O => (self.hidden, attn),
             Role::Gate | Role::Up => (ffn, self.hidden),
             Role::Down => (self.hidden, ffn),
+            Role::LinearQkv | Role::LinearZ | Role::LinearHead | Role::LinearOut => {
+                let [nk, dk, nv, dv] = self.linear?;
+                let vd = nv.checked_mul(dv)?;
+                match role {
+                    Role::LinearQkv => (nk.checked_mul(dk)?.checked_mul(2)? + vd, self.hidden),
+                    Role::LinearZ => (vd, self.hidden),
+                    Role::LinearHead => (nv, self.hidden),
+                    _ => (self.hidden, vd),
+                }
+            }
             Role::ConvIn => (self.hidden.checked_mul(3)?, self.hidden),
             Role::ConvOut => (self.hidden, self.hidden),
             Role::Norm | Role::Other => return None,

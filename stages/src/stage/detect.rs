@@ -22,7 +22,7 @@ pub struct DetectStage {
 impl DetectStage {
     /// Bumped whenever the decisions written for the same input can change.
     /// v2: a GGUF reference decides readings no byte and no in-pack test can.
-    pub const VERSION: u32 = 3;
+    pub const VERSION: u32 = 4;
 }
 
 impl Stage for DetectStage {

@@ -45,7 +45,7 @@ impl RepackStage {
     /// the pack's tensors hold it.
     /// v6: a repaired pack's manifest lists what the repair stage rebuilt (verification and
     /// decisions), and the pack holds the repaired bytes when the graph repairs.
-    pub const VERSION: u32 = 7;
+    pub const VERSION: u32 = 8;
 }
 
 impl Stage for RepackStage {

@@ -34,7 +34,7 @@ impl VerifyStage {
     /// FFN-padded tensors (qwen2) are compared on their GGUF's extent, the padding required zero.
     /// v4: a pack's `rope_freqs.weight` is compared with its GGUF twin and with the divisors
     /// config.json's RoPE implies.
-    pub const VERSION: u32 = 5;
+    pub const VERSION: u32 = 6;
 }
 
 impl Stage for VerifyStage {

@@ -264,6 +264,16 @@ fn gguf_rows(
 ) -> Result<()> {
     match tw.rows {
         RowMap::Identity => g.rows_f32(t, r0, r0 + n, out)?,
+        RowMap::Transpose => {
+            // A small tensor (a convolution kernel): pack row r is GGUF column r.
+            let mut all = Vec::new();
+            g.rows_f32(t, 0, t.rows(), &mut all)?;
+            let k = t.row_len() as usize;
+            out.clear();
+            for r in r0..r0 + n {
+                out.extend(all.chunks_exact(k).map(|row| row[r as usize]));
+            }
+        }
         map => {
             out.clear();
             let mut one = Vec::new();
@@ -305,7 +315,11 @@ fn compare_with_gguf(
 ) -> Result<(PairStats, u64)> {
     let rows = TensorRows::new(c, layout)?;
     let br = rows.block_rows() as u64;
-    let (k, g_rows, g_k) = (layout.k as usize, gt.rows(), gt.row_len() as usize);
+    let (g_rows, g_k) = match tw.rows {
+        RowMap::Transpose => (gt.row_len(), gt.rows() as usize),
+        _ => (gt.rows(), gt.row_len() as usize),
+    };
+    let k = layout.k as usize;
     (0..rows.blocks())
         .into_par_iter()
         .map_init(
@@ -604,7 +618,11 @@ pub fn verify_pack(
                 );
                 // The pack tensor is its GGUF twin, or the twin with the family's FFN padding.
                 let padded = ffn_padded_twin(&arch, l, gt);
-                if padded.is_none() && (gt.row_len() != l.k || gt.rows() != l.rows) {
+                let (g_rows, g_k) = match tw.rows {
+                    RowMap::Transpose => (gt.row_len(), gt.rows()),
+                    _ => (gt.rows(), gt.row_len()),
+                };
+                if padded.is_none() && (g_k != l.k || g_rows != l.rows) {
                     row.verdict = Verdict::Fail;
                     row.reason = format!(
                         "shape: pack {}x{} but GGUF {} is {}x{} (ne {:?})",

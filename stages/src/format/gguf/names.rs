@@ -20,13 +20,17 @@ pub enum RowMap {
         /// D.
         head_dim: u64,
     },
+    /// The pack holds the GGUF tensor transposed: pack row i is GGUF column i (Qwen3.5's
+    /// `ssm_conv1d`, `[kernel][channels]` in the pack, `[channels][kernel]` in the GGUF).
+    Transpose,
 }
 
 impl RowMap {
     /// The GGUF row holding pack row `row`.
+    /// (For [`RowMap::Transpose`], which maps a row to a column, the index itself.)
     pub fn gguf_row(self, row: u64) -> u64 {
         match self {
-            RowMap::Identity => row,
+            RowMap::Identity | RowMap::Transpose => row,
             RowMap::LlamaQk { head_dim: d } => {
                 let (h, i) = (row / d, row % d);
                 let (j, p) = (i / (d / 2), i % (d / 2));
@@ -174,6 +178,21 @@ pub fn twin(arch: &str, name: &str, dims: MapDims, has: impl Fn(&str) -> bool) -
         "shortconv.in_proj.weight" => (b("shortconv.in_proj.weight"), RowMap::Identity),
         "shortconv.out_proj.weight" => (b("shortconv.out_proj.weight"), RowMap::Identity),
         "shortconv.conv.weight" => (b("shortconv.conv.weight"), RowMap::Identity),
+        // Qwen3.5's gated DeltaNet (FastFlowLM's names, verification.md §1.2; the z gate is
+        // named like an attention tensor).
+        "linear_attn.qkv_proj.weight" => (b("attn_qkv.weight"), RowMap::Identity),
+        "self_attn.gate_proj.weight" => (b("attn_gate.weight"), RowMap::Identity),
+        "linear_attn.ssm_out_proj.weight" => (b("ssm_out.weight"), RowMap::Identity),
+        "linear_attn.ssm_alpha_proj.weight" | "linear_attn.ssm_alpha_proj.bf16.weight" => {
+            (b("ssm_alpha.weight"), RowMap::Identity)
+        }
+        "linear_attn.ssm_beta_proj.weight" | "linear_attn.ssm_beta_proj.bf16.weight" => {
+            (b("ssm_beta.weight"), RowMap::Identity)
+        }
+        "linear_attn.ssm_conv1d.weight" => (b("ssm_conv1d.weight"), RowMap::Transpose),
+        "linear_attn.ssm_norm.weight" => (b("ssm_norm.weight"), RowMap::Identity),
+        "linear_attn.ssm_a" => (b("ssm_a"), RowMap::Identity),
+        "linear_attn.ssm_dt.bias" => (b("ssm_dt.bias"), RowMap::Identity),
         _ => return None,
     };
     let note = match rows {
@@ -182,6 +201,7 @@ pub fn twin(arch: &str, name: &str, dims: MapDims, has: impl Fn(&str) -> bool) -
         RowMap::Qwen35QGate { heads, head_dim } => {
             format!("qwen3.5 q/gate de-interleave, {heads} heads × {head_dim}")
         }
+        RowMap::Transpose => "transposed to [kernel][channels]".into(),
     };
     Some(Twin {
         gguf: g,
