@@ -350,8 +350,28 @@ fn qwen35(g: &GgufFile, d: &Dims, c: &mut Value, dec: &mut Vec<String>) -> Resul
             format!("{a}.full_attention_interval {interval}")
         }
     ));
+    let any_linear = types.contains(&"linear_attention");
     o.insert("layer_types".into(), json!(types));
     o.insert("full_attention_interval".into(), json!(interval));
+    if any_linear {
+        qwen35_linear(g, o, dec)?;
+    }
+    qwen35_rope(g, d, o, dec);
+    Ok(())
+}
+
+/// Qwen3.5's linear-attention dims from `qwen35.ssm.*`.
+fn qwen35_linear(
+    g: &GgufFile,
+    o: &mut serde_json::Map<String, Value>,
+    dec: &mut Vec<String>,
+) -> Result<()> {
+    let a = "qwen35";
+    let need = |k: &str| -> Result<u64> {
+        g.meta(&format!("{a}.{k}"))
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| super::refuse(g.path(), &format!("{a}.{k}"), "missing metadata key"))
+    };
     let (kernel, dk, nk, nv, inner) = (
         need("ssm.conv_kernel")?,
         need("ssm.state_size")?,
@@ -375,6 +395,17 @@ fn qwen35(g: &GgufFile, d: &Dims, c: &mut Value, dec: &mut Vec<String>) -> Resul
         "linear_num_key_heads={nk}, linear_key_head_dim={dk}, linear_num_value_heads={nv}, linear_value_head_dim={}, linear_conv_kernel_dim={kernel} <- {a}.ssm.group_count, state_size, time_step_rank, inner_size / time_step_rank, conv_kernel",
         inner / nv
     ));
+    Ok(())
+}
+
+/// Qwen3.5's `rope_parameters` (θ, the rotated fraction, the text-only mRoPE sections).
+fn qwen35_rope(
+    g: &GgufFile,
+    d: &Dims,
+    o: &mut serde_json::Map<String, Value>,
+    dec: &mut Vec<String>,
+) {
+    let a = &d.arch;
     let theta = o.remove("rope_theta").unwrap_or(json!(10_000.0));
     o.remove("rope_scaling");
     let rotary = d.rope_dim as f64 / d.head_dim.max(1) as f64;
@@ -396,7 +427,6 @@ fn qwen35(g: &GgufFile, d: &Dims, c: &mut Value, dec: &mut Vec<String>) -> Resul
         "partial_rotary_factor={rotary} <- {a}.rope.dimension_count {} / head_dim {}",
         d.rope_dim, d.head_dim
     ));
-    Ok(())
 }
 
 /// Keys whose values must agree between a user's config and the GGUF: they fix the tensors' shapes.

@@ -215,15 +215,48 @@ fn converted_repos_carry_config_tokenizer_and_template() {
     assert!(s.log().contains("gemma3"), "{}", s.log());
 }
 
+/// The qwen35 fixture's GGUF through our converter: the same tensor names, shapes of rank 3 and
+/// plain dtypes as FastFlowLM's own converter gave the same GGUF (its Q8_0 sources, which
+/// FastFlowLM keeps 8-bit in Q8H_5120, are requantized into Q41_5120 here and said so).
+#[test]
+fn qwen35_converts_to_fastflowlms_tensor_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("repo");
+    let report = convert(&gguf_of("qwen35-q80"), &out, &ConvertOptions::default()).expect("convert");
+    let ours = onebit_stages::format::q4nx::Container::open(&out.join("model.q4nx")).expect("ours");
+    let theirs = onebit_stages::format::q4nx::Container::open(
+        &common::q4nx_case("qwen35-q80").join("model.q4nx"),
+    )
+    .expect("theirs");
+    let names = |c: &onebit_stages::format::q4nx::Container| {
+        c.tensors()
+            .iter()
+            .map(|t| (t.name.clone(), t.dtype.name().to_string(), t.shape.len()))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(names(&ours), names(&theirs));
+    for t in report
+        .tensors
+        .iter()
+        .filter(|t| t.source_type == "Q8_0" && t.stored_as != "BF16")
+    {
+        assert_eq!(t.stored_as, "Q41_5120", "{}", t.name);
+        assert_eq!(t.method, "Requantized", "{}", t.name);
+    }
+}
+
 #[test]
 fn unknown_families_and_full_folders_are_refused_by_name() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("repo");
-    let e = convert(&gguf_of("qwen35-q80"), &out, &ConvertOptions::default())
-        .expect_err("qwen35 is not converted");
+    let opts = ConvertOptions {
+        family: Some("gemma4".into()),
+        ..ConvertOptions::default()
+    };
+    let e = convert(&gguf_of("llama-q41"), &out, &opts).expect_err("gemma4 is not converted");
     let msg = e.to_string();
     assert!(
-        msg.contains("general.architecture") && msg.contains("qwen35"),
+        msg.contains("general.architecture") && msg.contains("gemma4"),
         "{msg}"
     );
     std::fs::create_dir_all(&out).expect("mkdir");

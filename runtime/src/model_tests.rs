@@ -9,7 +9,7 @@ use crate::kernels::tests::random_matrix;
 use crate::kernels::{QMatrix, TileLayout};
 use crate::model::{Model, Session};
 use crate::pack::{HEAD_SCAN_FILE, HeadScan, Manifest, Pack, TensorEntry, Verification};
-use crate::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable};
+use crate::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable, ValueHeadOrder};
 
 const H: usize = 128;
 const D: usize = 64;
@@ -56,6 +56,7 @@ fn spec(qk: QkNorm, act: Act, sandwich: bool) -> ModelSpec {
         embed_scale: 1.0,
         tied_head_divisor: 2.0,
         tied_head: true,
+        attn_output_gate: false,
         final_softcap: None,
         attn_softcap: None,
         bos: Some(1),
@@ -116,7 +117,7 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
             tensors.push((n(norm), "BF16", vec![D as u64], bf(D, 1.0, 0.2)));
         }
         for (name, rows, k) in [
-            ("self_attn.q_proj.weight", NH * D, H),
+            ("self_attn.q_proj.weight", dims_of("q_proj.weight", spec).0, H),
             ("self_attn.k_proj.weight", NKV * D, H),
             ("self_attn.v_proj.weight", NKV * D, H),
             ("self_attn.o_proj.weight", H, NH * D),
@@ -128,6 +129,36 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
             let data = random_matrix(layout, rows, k, s2);
             let tiles = data.len() / layout.bytes;
             tensors.push((n(name), "I8", vec![tiles as u64, layout.bytes as u64], data));
+        }
+        if let Mixer::GatedDeltaNet { kernel, .. } = spec.layers[l].mixer {
+            for (name, rows, k) in [
+                ("linear_attn.qkv_proj.weight", GDN_C, H),
+                ("self_attn.gate_proj.weight", GDN_VD, H),
+                ("linear_attn.ssm_out_proj.weight", H, GDN_VD),
+            ] {
+                s2 += 1;
+                let data = random_matrix(layout, rows, k, s2);
+                let tiles = data.len() / layout.bytes;
+                tensors.push((n(name), "I8", vec![tiles as u64, layout.bytes as u64], data));
+            }
+            for proj in ["ssm_alpha_proj", "ssm_beta_proj"] {
+                tensors.push((
+                    n(&format!("linear_attn.{proj}.bf16.weight")),
+                    "BF16",
+                    vec![GDN_NV as u64, H as u64],
+                    bf(GDN_NV * H, 0.0, 0.5),
+                ));
+            }
+            let vectors = [
+                ("linear_attn.ssm_conv1d.weight", vec![kernel as u64, GDN_C as u64], 0.0, 1.5),
+                ("linear_attn.ssm_a", vec![GDN_NV as u64], -0.3, 0.4),
+                ("linear_attn.ssm_dt.bias", vec![GDN_NV as u64], 0.0, 1.0),
+                ("linear_attn.ssm_norm.weight", vec![GDN_DV as u64], 1.0, 0.4),
+            ];
+            for (name, shape, base, spread) in vectors {
+                let len = shape.iter().product::<u64>() as usize;
+                tensors.push((n(name), "BF16", shape, bf(len, base, spread)));
+            }
         }
         if let Mixer::ShortConv { kernel } = spec.layers[l].mixer {
             for (name, rows, k) in [
@@ -167,7 +198,7 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
         );
         at += data.len();
         let (rows, k) = if *dtype == "I8" {
-            let (r, k) = dims_of(name);
+            let (r, k) = dims_of(name, spec);
             (r as u64, k as u64)
         } else if shape.len() == 2 {
             (shape[0], shape[1])
@@ -215,9 +246,25 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
     .expect("write");
 }
 
-fn dims_of(name: &str) -> (usize, usize) {
+/// The gated-DeltaNet layers' geometry in these tests: 2 key heads and 4 value heads of 32.
+const GDN_NK: usize = 2;
+const GDN_DK: usize = 32;
+const GDN_NV: usize = 4;
+const GDN_DV: usize = 32;
+const GDN_VD: usize = GDN_NV * GDN_DV;
+const GDN_C: usize = 2 * GDN_NK * GDN_DK + GDN_VD;
+
+fn dims_of(name: &str, spec: &ModelSpec) -> (usize, usize) {
     if name == "lm_head.weight" {
         (V, H)
+    } else if name.ends_with("linear_attn.qkv_proj.weight") {
+        (GDN_C, H)
+    } else if name.ends_with("self_attn.gate_proj.weight") {
+        (GDN_VD, H)
+    } else if name.ends_with("linear_attn.ssm_out_proj.weight") {
+        (H, GDN_VD)
+    } else if name.ends_with("q_proj.weight") && spec.attn_output_gate {
+        (2 * NH * D, H)
     } else if name.ends_with("shortconv.in_proj.weight") {
         (3 * H, H)
     } else if name.ends_with("shortconv.out_proj.weight") {
@@ -465,7 +512,7 @@ fn reference_forward(m: &Model, sp: &ModelSpec, toks: &[u32]) -> Vec<f64> {
             .collect()
     };
     let mat = |name: &str| -> Vec<Vec<f64>> {
-        let (rows, k) = dims_of(name);
+        let (rows, k) = dims_of(name, sp);
         let layout = TileLayout::by_name("Q41_1280").expect("layout");
         let q = QMatrix::new(layout, rows, k, pack.bytes(name).expect(name)).expect("m");
         let mut w = vec![0f32; k];
@@ -861,4 +908,72 @@ fn a_context_reset_clears_the_recurrent_state() {
         m.session_bytes(16) < attn.session_bytes(16),
         "two conv layers hold 2×H floats, not a KV cache"
     );
+}
+
+/// A Qwen3.5-shaped hybrid: gated-DeltaNet layers around a gated attention layer, the value heads
+/// in `order`.
+fn delta_spec(order: ValueHeadOrder) -> ModelSpec {
+    let mut sp = spec(QkNorm::BeforeRope, Act::Silu, false);
+    let gdn = LayerSpec {
+        window: None,
+        rope: 0,
+        mixer: Mixer::GatedDeltaNet {
+            key_heads: GDN_NK,
+            key_dim: GDN_DK,
+            value_heads: GDN_NV,
+            value_dim: GDN_DV,
+            kernel: 4,
+            value_order: order,
+        },
+    };
+    sp.layers = vec![gdn.clone(), sp.layers[1].clone(), gdn];
+    sp.attn_output_gate = true;
+    sp
+}
+
+#[test]
+fn gated_deltanet_prefill_leaves_exactly_the_state_and_logits_of_single_steps() {
+    let sp = delta_spec(ValueHeadOrder::Tiled);
+    let (_d, m) = load(&sp);
+    let toks: Vec<u32> = vec![1, 5, 9, 33, 7, 7, 60, 12, 3];
+    let (batch, step, all, singles) = prefill_and_steps(&m, &toks);
+    assert!(batch.has_recurrent_state());
+    assert_eq!(bits(&all), bits(&singles), "logits");
+    for l in [0, 2] {
+        assert_eq!(batch.conv_state(l).len(), 3 * GDN_C, "three taps of q/k/v");
+        assert_eq!(batch.ssm_state(l).len(), GDN_NV * GDN_DK * GDN_DV);
+        assert!(batch.ssm_state(l).iter().any(|v| *v != 0.0));
+        assert_eq!(bits(batch.conv_state(l)), bits(step.conv_state(l)), "conv {l}");
+        assert_eq!(bits(batch.ssm_state(l)), bits(step.ssm_state(l)), "ssm {l}");
+        assert!(batch.keys(l).is_empty(), "a DeltaNet layer has no KV cache");
+    }
+    // Two sequences interleaved in one batch: each its single-sequence numbers and state.
+    let (mut x, mut y) = (m.session(16), m.session(16));
+    let rows = [(0, 1), (1, 2), (0, 5), (1, 40), (0, 9), (1, 41)];
+    let l = m
+        .forward_batch(&mut [&mut x, &mut y], &rows, &[4, 5])
+        .expect("mixed");
+    let mut xs = m.session(16);
+    let want_x = m.forward(&mut xs, &[1, 5, 9], false).expect("x alone");
+    let mut ys = m.session(16);
+    let want_y = m.forward(&mut ys, &[2, 40, 41], false).expect("y alone");
+    assert_eq!(bits(&l[..V]), bits(&want_x));
+    assert_eq!(bits(&l[V..]), bits(&want_y));
+    for li in [0, 2] {
+        assert_eq!(bits(x.ssm_state(li)), bits(xs.ssm_state(li)));
+        assert_eq!(bits(y.ssm_state(li)), bits(ys.ssm_state(li)));
+    }
+    // A refused pass leaves the state; a reset clears it.
+    let before = bits(x.ssm_state(0));
+    m.forward(&mut x, &[1, V as u32], false)
+        .expect_err("a token outside the vocabulary");
+    assert_eq!(bits(x.ssm_state(0)), before);
+    assert_eq!(x.truncate(1), 0);
+    assert!(x.ssm_state(0).iter().all(|v| *v == 0.0));
+    assert!(x.conv_state(2).iter().all(|v| *v == 0.0));
+    // The value-head order is read: the same weights in the grouped order answer differently.
+    let (_g, grouped) = load(&delta_spec(ValueHeadOrder::Grouped));
+    let mut s = grouped.session(16);
+    let other = grouped.forward(&mut s, &toks, true).expect("grouped");
+    assert_ne!(bits(&other), bits(&all));
 }
