@@ -438,9 +438,20 @@ fn serve_refuses_the_npu_by_name_when_there_is_none() {
 /// chat request answers the oracle's greedy continuation (transformers on the same weights).
 #[test]
 fn lfm2_sequences_keep_their_own_convolution_state_under_continuous_batching() {
+    recurrent_sequences_keep_their_own_state("lfm2");
+}
+
+/// The same for Qwen3.5: gated-DeltaNet layers (a convolution state and a delta-rule state per
+/// sequence) beside gated attention.
+#[test]
+fn qwen35_sequences_keep_their_own_deltanet_state_under_continuous_batching() {
+    recurrent_sequences_keep_their_own_state("qwen35");
+}
+
+fn recurrent_sequences_keep_their_own_state(case: &str) {
     let home = tempfile::tempdir().expect("tmp");
-    let gguf = support::oracle("lfm2").join("model-q4_0.gguf");
-    let repo = home.path().join("lfm2");
+    let gguf = support::oracle(case).join("model-q4_0.gguf");
+    let repo = home.path().join(case);
     onebit_convert::convert(&gguf, &repo, &onebit_convert::ConvertOptions::default())
         .expect("convert");
     let s = serve_repo(home, &repo, &gguf, &["--parallel", "4"]);
@@ -482,7 +493,7 @@ fn lfm2_sequences_keep_their_own_convolution_state_under_continuous_batching() {
             > 1,
         "different prompts, different answers: {alone:?}"
     );
-    let reference = support::oracle_reference("lfm2");
+    let reference = support::oracle_reference(case);
     let greedy = &reference["greedy"]["q4_0"];
     let want = greedy["ids"].as_array().expect("ids").len();
     let (st, v) = s.post(
