@@ -1,13 +1,15 @@
 //! Tokens per second by layer kind: the same model shape with every layer attention, every layer
-//! LFM2's gated short convolution, and LFM2's own mix (layer 0 conv, attention at 2, 5, 8, 10, 12,
-//! 14), on random 5120-byte tiles (Q40_5120, as LFM2 packs ship). Baseline: the attention-only
+//! LFM2's gated short convolution, LFM2's own mix (layer 0 conv, attention at 2, 5, 8, 10, 12,
+//! 14), every layer Qwen3.5's gated DeltaNet, and Qwen3.5's mix (every fourth layer attention),
+//! on random 5120-byte tiles (Q40_5120, as LFM2 packs ship). Baseline: the attention-only
 //! model of the same shape, run in the same process, alternated with the others; reported as
 //! ms per token, tokens/s and the ratio to that baseline, for decode at two context lengths and
 //! for a prefill chunk.
 //!
 //! `cargo bench -p onebit-runtime --bench layers [-- tiny|1b]` (threads: RAYON_NUM_THREADS).
 //! Shapes: `tiny` (the LFM2 oracle's: hidden 128, 4 layers) and `1b` (LFM2-1.2B's: hidden 2048,
-//! FFN 8192, 32 heads of 64, 8 KV heads, 16 layers, vocabulary 65,536).
+//! FFN 8192, 32 heads of 64, 8 KV heads, 16 layers, vocabulary 65,536), its DeltaNet layers with
+//! Qwen3.5-2B's linear dims (16 key and 16 value heads of 128, 4 taps).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -16,7 +18,7 @@ use std::time::Instant;
 
 use onebit_runtime::kernels::TileLayout;
 use onebit_runtime::pack::TensorEntry;
-use onebit_runtime::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable};
+use onebit_runtime::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable, ValueHeadOrder};
 use onebit_runtime::{Manifest, Model, Pack};
 
 mod common;
@@ -34,6 +36,22 @@ struct Shape {
     vocab: usize,
     /// Which layers are attention in the model's own mix.
     attention: Vec<bool>,
+    /// Gated-DeltaNet key heads, key dim, value heads, value dim.
+    gdn: [usize; 4],
+}
+
+impl Shape {
+    fn delta_net(&self) -> Mixer {
+        let [key_heads, key_dim, value_heads, value_dim] = self.gdn;
+        Mixer::GatedDeltaNet {
+            key_heads,
+            key_dim,
+            value_heads,
+            value_dim,
+            kernel: 4,
+            value_order: ValueHeadOrder::Tiled,
+        }
+    }
 }
 
 const TILE: &str = "Q40_5120";
@@ -75,6 +93,7 @@ fn spec(s: &Shape, mixers: &[Mixer]) -> ModelSpec {
         embed_scale: 1.0,
         tied_head_divisor: 1.0,
         tied_head: false,
+        attn_output_gate: false,
         final_softcap: None,
         attn_softcap: None,
         bos: Some(1),
@@ -151,6 +170,30 @@ fn write_container(dir: &Path, s: &Shape) -> BTreeMap<String, TensorEntry> {
             bf(3 * h, 0.0),
             (h, 3),
         ));
+        let [nk, dk, nv, dv] = s.gdn;
+        let (c, vd) = (2 * nk * dk + nv * dv, nv * dv);
+        for (name, rows, k) in [
+            ("linear_attn.qkv_proj.weight", c, h),
+            ("self_attn.gate_proj.weight", vd, h),
+            ("linear_attn.ssm_out_proj.weight", h, vd),
+        ] {
+            tensors.push(tiled(n(name), rows, k));
+        }
+        for proj in ["ssm_alpha_proj", "ssm_beta_proj"] {
+            let name = n(&format!("linear_attn.{proj}.bf16.weight"));
+            tensors.push((name, "BF16", vec![nv as u64, h as u64], bf(nv * h, 0.0), (nv, h)));
+        }
+        for (name, shape, v) in [
+            ("linear_attn.ssm_conv1d.weight", vec![4, c], 0.0),
+            ("linear_attn.ssm_a", vec![nv], -0.3),
+            ("linear_attn.ssm_dt.bias", vec![nv], 0.0),
+            ("linear_attn.ssm_norm.weight", vec![dv], 1.0),
+        ] {
+            let len: usize = shape.iter().product();
+            let dims = (shape[0], *shape.last().unwrap_or(&1));
+            let shape = shape.iter().map(|&x| x as u64).collect();
+            tensors.push((n(name), "BF16", shape, bf(len, v), dims));
+        }
     }
     let mut header = serde_json::Map::new();
     let mut entries = BTreeMap::new();
@@ -261,6 +304,7 @@ fn main() {
             head_dim: 32,
             vocab: 384,
             attention: vec![false, true, false, true],
+            gdn: [2, 32, 4, 32],
         },
         Shape {
             name: "1b",
@@ -271,6 +315,7 @@ fn main() {
             head_dim: 64,
             vocab: 65_536,
             attention: lfm2_1b,
+            gdn: [16, 128, 16, 128],
         },
     ];
     println!("threads {}", rayon::current_num_threads());
@@ -286,6 +331,16 @@ fn main() {
             .attention
             .iter()
             .map(|&a| if a { Mixer::Attention } else { conv })
+            .collect();
+        // Qwen3.5's pattern: layer i is attention iff i % 4 == 3.
+        let qwen_mix: Vec<Mixer> = (0..n)
+            .map(|i| {
+                if i % 4 == 3 {
+                    Mixer::Attention
+                } else {
+                    s.delta_net()
+                }
+            })
             .collect();
         let models = [
             (
@@ -312,6 +367,26 @@ fn main() {
                 "lfm2 mix",
                 pack(root.path(), "mix", root.path(), &entries, spec(s, &mix)),
             ),
+            (
+                "deltanet only",
+                pack(
+                    root.path(),
+                    "gdn",
+                    root.path(),
+                    &entries,
+                    spec(s, &vec![s.delta_net(); n]),
+                ),
+            ),
+            (
+                "qwen3.5 mix",
+                pack(
+                    root.path(),
+                    "qmix",
+                    root.path(),
+                    &entries,
+                    spec(s, &qwen_mix),
+                ),
+            ),
         ];
         let reps = if s.name == "tiny" { 21 } else { 7 };
         for (ctx, chunk) in [(64, 64), (1024, 64)] {
@@ -333,10 +408,12 @@ fn main() {
             }
             let per_layer = |i: usize| t[i].0 / n as f64 * 1e3;
             println!(
-                "  per layer (whole model / {n}): attention {:.3} ms, short conv {:.3} ms (conv − attention {:+.3} ms)",
+                "  per layer (whole model / {n}): attention {:.3} ms, short conv {:.3} ms (conv − attention {:+.3} ms), deltanet {:.3} ms ({:+.3} ms)",
                 per_layer(0),
                 per_layer(1),
-                per_layer(1) - per_layer(0)
+                per_layer(1) - per_layer(0),
+                per_layer(3),
+                per_layer(3) - per_layer(0)
             );
         }
     }
