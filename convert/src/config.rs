@@ -327,7 +327,10 @@ fn qwen35(g: &GgufFile, d: &Dims, c: &mut Value, dec: &mut Vec<String>) -> Resul
         d.heads * d.head_dim
     ));
     let recurrent: Vec<bool> = match g.meta(&format!("{a}.attention.recurrent_layers")) {
-        Some(MetaValue::Array(v)) => v.iter().map(|x| matches!(x, MetaValue::Bool(true))).collect(),
+        Some(MetaValue::Array(v)) => v
+            .iter()
+            .map(|x| matches!(x, MetaValue::Bool(true)))
+            .collect(),
         _ => Vec::new(),
     };
     let interval = need("full_attention_interval").unwrap_or(4);
@@ -337,7 +340,11 @@ fn qwen35(g: &GgufFile, d: &Dims, c: &mut Value, dec: &mut Vec<String>) -> Resul
                 Some(&r) => r,
                 None => l as u64 % interval != interval - 1,
             };
-            if linear { "linear_attention" } else { "full_attention" }
+            if linear {
+                "linear_attention"
+            } else {
+                "full_attention"
+            }
         })
         .collect();
     dec.push(format!(

@@ -222,7 +222,8 @@ fn converted_repos_carry_config_tokenizer_and_template() {
 fn qwen35_converts_to_fastflowlms_tensor_names() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("repo");
-    let report = convert(&gguf_of("qwen35-q80"), &out, &ConvertOptions::default()).expect("convert");
+    let report =
+        convert(&gguf_of("qwen35-q80"), &out, &ConvertOptions::default()).expect("convert");
     let ours = onebit_stages::format::q4nx::Container::open(&out.join("model.q4nx")).expect("ours");
     let theirs = onebit_stages::format::q4nx::Container::open(
         &common::q4nx_case("qwen35-q80").join("model.q4nx"),

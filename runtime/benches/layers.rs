@@ -181,7 +181,13 @@ fn write_container(dir: &Path, s: &Shape) -> BTreeMap<String, TensorEntry> {
         }
         for proj in ["ssm_alpha_proj", "ssm_beta_proj"] {
             let name = n(&format!("linear_attn.{proj}.bf16.weight"));
-            tensors.push((name, "BF16", vec![nv as u64, h as u64], bf(nv * h, 0.0), (nv, h)));
+            tensors.push((
+                name,
+                "BF16",
+                vec![nv as u64, h as u64],
+                bf(nv * h, 0.0),
+                (nv, h),
+            ));
         }
         for (name, shape, v) in [
             ("linear_attn.ssm_conv1d.weight", vec![4, c], 0.0),

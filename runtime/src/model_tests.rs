@@ -117,7 +117,11 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
             tensors.push((n(norm), "BF16", vec![D as u64], bf(D, 1.0, 0.2)));
         }
         for (name, rows, k) in [
-            ("self_attn.q_proj.weight", dims_of("q_proj.weight", spec).0, H),
+            (
+                "self_attn.q_proj.weight",
+                dims_of("q_proj.weight", spec).0,
+                H,
+            ),
             ("self_attn.k_proj.weight", NKV * D, H),
             ("self_attn.v_proj.weight", NKV * D, H),
             ("self_attn.o_proj.weight", H, NH * D),
@@ -150,7 +154,12 @@ fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, sc
                 ));
             }
             let vectors = [
-                ("linear_attn.ssm_conv1d.weight", vec![kernel as u64, GDN_C as u64], 0.0, 1.5),
+                (
+                    "linear_attn.ssm_conv1d.weight",
+                    vec![kernel as u64, GDN_C as u64],
+                    0.0,
+                    1.5,
+                ),
                 ("linear_attn.ssm_a", vec![GDN_NV as u64], -0.3, 0.4),
                 ("linear_attn.ssm_dt.bias", vec![GDN_NV as u64], 0.0, 1.0),
                 ("linear_attn.ssm_norm.weight", vec![GDN_DV as u64], 1.0, 0.4),
@@ -943,7 +952,11 @@ fn gated_deltanet_prefill_leaves_exactly_the_state_and_logits_of_single_steps() 
         assert_eq!(batch.conv_state(l).len(), 3 * GDN_C, "three taps of q/k/v");
         assert_eq!(batch.ssm_state(l).len(), GDN_NV * GDN_DK * GDN_DV);
         assert!(batch.ssm_state(l).iter().any(|v| *v != 0.0));
-        assert_eq!(bits(batch.conv_state(l)), bits(step.conv_state(l)), "conv {l}");
+        assert_eq!(
+            bits(batch.conv_state(l)),
+            bits(step.conv_state(l)),
+            "conv {l}"
+        );
         assert_eq!(bits(batch.ssm_state(l)), bits(step.ssm_state(l)), "ssm {l}");
         assert!(batch.keys(l).is_empty(), "a DeltaNet layer has no KV cache");
     }

@@ -276,13 +276,10 @@ pub fn detect_tensor_with(
         // (q4nx-format §4): row r of the band is row r mod rows.
         let copies = role == Role::LinearHead
             && rb == 1
-            && pad
-                .chunks_exact(kp)
-                .enumerate()
-                .all(|(i, row)| {
-                    let src = (first_pad + i) % first_pad.max(1);
-                    row == &out[src * kp..(src + 1) * kp]
-                });
+            && pad.chunks_exact(kp).enumerate().all(|(i, row)| {
+                let src = (first_pad + i) % first_pad.max(1);
+                row == &out[src * kp..(src + 1) * kp]
+            });
         if copies {
             why.push(format!(
                 "rows {rows} repeated to fill the {padded_rows}-row tile (FastFlowLM's α/β copies)"
