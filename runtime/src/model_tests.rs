@@ -826,6 +826,24 @@ fn evaluate_scores_ids_as_given_or_with_bos_per_chunk() {
     );
 }
 
+/// Two sequences run interleaved in one batch and each alone; asserts each gets its
+/// single-sequence logits and returns (interleaved, alone) sessions per sequence for the caller's
+/// state checks.
+fn interleaved_and_alone(m: &Model) -> [(Session, Session); 2] {
+    let (mut x, mut y) = (m.session(16), m.session(16));
+    let rows = [(0, 1), (1, 2), (0, 5), (1, 40), (0, 9), (1, 41)];
+    let l = m
+        .forward_batch(&mut [&mut x, &mut y], &rows, &[4, 5])
+        .expect("mixed");
+    let mut xs = m.session(16);
+    let want_x = m.forward(&mut xs, &[1, 5, 9], false).expect("x alone");
+    let mut ys = m.session(16);
+    let want_y = m.forward(&mut ys, &[2, 40, 41], false).expect("y alone");
+    assert_eq!(bits(&l[..V]), bits(&want_x));
+    assert_eq!(bits(&l[V..]), bits(&want_y));
+    [(x, xs), (y, ys)]
+}
+
 /// A hybrid of short-convolution and attention layers (LFM2's shape).
 fn conv_spec() -> ModelSpec {
     let mut sp = spec(QkNorm::BeforeRope, Act::Silu, false);
@@ -870,17 +888,7 @@ fn short_convolution_prefill_leaves_exactly_the_state_and_logits_of_single_steps
     let b = m.forward(&mut fresh, &[3], false).expect("b");
     assert_ne!(bits(&a), bits(&b));
     // Two sequences in one batch, interleaved: each gets its single-sequence numbers and state.
-    let (mut x, mut y) = (m.session(16), m.session(16));
-    let rows = [(0, 1), (1, 2), (0, 5), (1, 40), (0, 9), (1, 41)];
-    let l = m
-        .forward_batch(&mut [&mut x, &mut y], &rows, &[4, 5])
-        .expect("mixed");
-    let mut xs = m.session(16);
-    let want_x = m.forward(&mut xs, &[1, 5, 9], false).expect("x alone");
-    let mut ys = m.session(16);
-    let want_y = m.forward(&mut ys, &[2, 40, 41], false).expect("y alone");
-    assert_eq!(bits(&l[..V]), bits(&want_x));
-    assert_eq!(bits(&l[V..]), bits(&want_y));
+    let [(mut x, xs), (y, ys)] = interleaved_and_alone(&m);
     for li in [0, 2] {
         assert_eq!(bits(x.conv_state(li)), bits(xs.conv_state(li)));
         assert_eq!(bits(y.conv_state(li)), bits(ys.conv_state(li)));
@@ -961,17 +969,7 @@ fn gated_deltanet_prefill_leaves_exactly_the_state_and_logits_of_single_steps() 
         assert!(batch.keys(l).is_empty(), "a DeltaNet layer has no KV cache");
     }
     // Two sequences interleaved in one batch: each its single-sequence numbers and state.
-    let (mut x, mut y) = (m.session(16), m.session(16));
-    let rows = [(0, 1), (1, 2), (0, 5), (1, 40), (0, 9), (1, 41)];
-    let l = m
-        .forward_batch(&mut [&mut x, &mut y], &rows, &[4, 5])
-        .expect("mixed");
-    let mut xs = m.session(16);
-    let want_x = m.forward(&mut xs, &[1, 5, 9], false).expect("x alone");
-    let mut ys = m.session(16);
-    let want_y = m.forward(&mut ys, &[2, 40, 41], false).expect("y alone");
-    assert_eq!(bits(&l[..V]), bits(&want_x));
-    assert_eq!(bits(&l[V..]), bits(&want_y));
+    let [(mut x, xs), (y, ys)] = interleaved_and_alone(&m);
     for li in [0, 2] {
         assert_eq!(bits(x.ssm_state(li)), bits(xs.ssm_state(li)));
         assert_eq!(bits(y.ssm_state(li)), bits(ys.ssm_state(li)));

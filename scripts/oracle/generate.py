@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -446,16 +446,10 @@ CASES = {
         template=LFM2_TEMPLATE,
         arch="LFM2",
     ),
-    "qwen35": Case(
-        config=qwen35_config(),
-        specials=QWEN_SPECIALS,
-        bos=QWEN_SPECIALS[0],
-        eos=QWEN_SPECIALS[2],
-        pad=QWEN_SPECIALS[0],
+    "qwen35": replace(
+        qwen_case(qwen35_config(), "QWEN35"),
         regexes=QWEN35_REGEXES,
         pre="qwen35",
-        template=CHATML_TEMPLATE,
-        arch="QWEN35",
         norm_shift=1.0,
         unshifted=("linear_attn.norm.weight", "ssm_norm.weight"),
         converter_args=("--no-mtp",),

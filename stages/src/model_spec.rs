@@ -139,10 +139,14 @@ pub fn model_spec(
             mixer: Mixer::Attention,
         });
     }
-    let conv: Vec<String> = (0..layers.len())
-        .filter(|&i| matches!(layers[i].mixer, Mixer::ShortConv { .. }))
-        .map(|i| i.to_string())
-        .collect();
+    // The indices of the layers whose mixer matches, for the decisions.
+    let indices = |f: fn(&Mixer) -> bool| -> Vec<String> {
+        (0..layers.len())
+            .filter(|&i| f(&layers[i].mixer))
+            .map(|i| i.to_string())
+            .collect()
+    };
+    let conv = indices(|m| matches!(m, Mixer::ShortConv { .. }));
     if !conv.is_empty() {
         dec.push(format!(
             "mixer[{}]=short convolution of {} taps <- semantics layer_kind conv, conv_kernel",
@@ -150,10 +154,7 @@ pub fn model_spec(
             sem.conv_kernel.unwrap_or(3)
         ));
     }
-    let linear: Vec<String> = (0..layers.len())
-        .filter(|&i| matches!(layers[i].mixer, Mixer::GatedDeltaNet { .. }))
-        .map(|i| i.to_string())
-        .collect();
+    let linear = indices(|m| matches!(m, Mixer::GatedDeltaNet { .. }));
     if !linear.is_empty() {
         dec.push(format!(
             "mixer[{}]=gated DeltaNet <- semantics layer_kind linear_attention, linear dims",
