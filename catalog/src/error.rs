@@ -27,6 +27,34 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The pack asked for is not in the store.
+    #[error(
+        "no pack named '{pack}' in the store (packs: {known}); import it first with `onebit-pipe run`"
+    )]
+    UnknownPack {
+        /// The name asked for.
+        pack: String,
+        /// The packs the store holds, comma-separated.
+        known: String,
+    },
+    /// A tensor asked for by name is not in the pack.
+    #[error(
+        "pack '{pack}' has no tensor named '{tensor}' (see `SELECT name FROM tensors WHERE pack = '{pack}'`)"
+    )]
+    UnknownTensor {
+        /// The pack.
+        pack: String,
+        /// The name asked for.
+        tensor: String,
+    },
+    /// Drawing a chart of the report failed.
+    #[error("report chart {chart}: {reason}")]
+    Chart {
+        /// The chart.
+        chart: String,
+        /// The drawing backend's message.
+        reason: String,
+    },
     /// The pipeline store.
     #[error(transparent)]
     Store(#[from] onebit_pipeline::Error),

@@ -8,6 +8,7 @@
 pub mod context;
 pub mod error;
 pub mod format;
+pub mod report;
 pub mod tables;
 pub mod tensor_values;
 

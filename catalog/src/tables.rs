@@ -27,7 +27,7 @@ use onebit_pipeline::refs::list_refs;
 use crate::error::{Error, Result};
 
 /// A stage-written table: its name, the stage that writes it, and the file in the entry.
-pub const STAGE_TABLES: [(&str, &str, &str); 8] = [
+pub const STAGE_TABLES: [(&str, &str, &str); 9] = [
     ("files", "fetch", "files.parquet"),
     ("semantics", "semantics", "tables/semantics.parquet"),
     ("layers", "semantics", "tables/layers.parquet"),
@@ -38,6 +38,13 @@ pub const STAGE_TABLES: [(&str, &str, &str); 8] = [
     (
         "verification",
         "verify",
+        "verification/verification.parquet",
+    ),
+    // The repaired bytes verified again (`run --repair`): a tensor failing in `verification` and
+    // passing here was repaired.
+    (
+        "repair_verification",
+        "repair",
         "verification/verification.parquet",
     ),
 ];
@@ -317,7 +324,8 @@ pub fn packs_table(store: &Store, current: &BTreeMap<String, u32>) -> Result<Tab
         let v = refs
             .iter()
             .find(|r| r.name == s.name)
-            .and_then(|r| r.stage("verify"))
+            // A repaired import's verdict is the repair stage's (the repaired bytes verified again).
+            .and_then(|r| r.stage("repair").or_else(|| r.stage("verify")))
             .and_then(|v| {
                 std::fs::read(entry_file(store, &v.key, "verification/verdict.json")).ok()
             })

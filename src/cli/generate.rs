@@ -68,6 +68,7 @@ impl PackSource {
             demo_delay_ms: 0,
             jobs: None,
             deep: false,
+            report: false,
         };
         let (report, name, _) = super::run::import(g, &a)?;
         report.artifact("repack", "pack").cloned().with_context(|| {

@@ -7,6 +7,7 @@ pub mod generate;
 pub mod kernels;
 pub mod progress;
 pub mod repair;
+pub mod report;
 pub mod run;
 pub mod semantics;
 pub mod serve;
@@ -99,6 +100,8 @@ pub enum Command {
     Gc(gc::GcArgs),
     /// Query tensor statistics, verification results and run history with SQL.
     Sql(sql::SqlArgs),
+    /// Write a pack's verification report: one self-contained HTML file, or its charts as PNG.
+    Report(report::ReportArgs),
     /// Complete a prompt with a verified pack on the host CPU.
     Generate(generate::GenerateArgs),
     /// Chat with a verified pack on the host CPU.
@@ -123,6 +126,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(a) => status::exec(&cli.global, a),
         Command::Gc(a) => gc::exec(&cli.global, a),
         Command::Sql(a) => sql::exec(&cli.global, a),
+        Command::Report(a) => report::exec(&cli.global, a),
         Command::Generate(a) => generate::exec(&cli.global, a),
         Command::Chat(a) => generate::chat(&cli.global, a),
         Command::Eval(a) => generate::eval(&cli.global, a),

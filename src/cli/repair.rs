@@ -55,6 +55,7 @@ pub fn exec(g: &Global, a: RepairArgs) -> anyhow::Result<ExitCode> {
         demo_delay_ms: 0,
         jobs: None,
         deep: false,
+        report: false,
     };
     let (report, name, dir) = super::run::import(g, &run)?;
     let dir = dir.context("the import read no repository folder")?;

@@ -58,6 +58,9 @@ pub struct RunArgs {
     /// Re-hash every cached file instead of comparing sizes and mtimes.
     #[arg(long)]
     pub deep: bool,
+    /// Also write the pack's verification report (HTML) and print its path.
+    #[arg(long, conflicts_with = "demo")]
+    pub report: bool,
 }
 
 /// A `--reference`: a local GGUF path, or `ORG/NAME[@REV]:FILE` from the Hugging Face cache,
@@ -102,7 +105,20 @@ pub fn describe_source(source: &Value) -> String {
 /// Builds the graph, runs it, prints the outcome.
 pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
     let (report, ref_name, _) = import(g, &a)?;
-    report_verdict(g, &report, &ref_name)
+    let code = report_verdict(g, &report, &ref_name)?;
+    if a.report {
+        let path =
+            super::report::write(g, &ref_name, super::report::ReportFormat::Html, None, &[])?;
+        if g.json {
+            println!(
+                "{}",
+                json!({"event": "report", "pack": ref_name, "path": path})
+            );
+        } else {
+            eprintln!("report: {}", path.display());
+        }
+    }
+    Ok(code)
 }
 
 /// Builds and runs the graph for `a`'s source; returns the run report, the pack's ref name and

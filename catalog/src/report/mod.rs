@@ -1,0 +1,698 @@
+//! `onebit-pipe report`: one pack seen whole, in one self-contained HTML file (or the same charts
+//! as PNG files). Everything on it comes from the catalog's tables by the SQL queries the page
+//! lists under each section: verdict and provenance, the decisions with their sources, agreement
+//! with the reference per tensor (failing and repaired first), tile kinds and padding per layer,
+//! row-block heatmaps and value histograms per tensor, stage runs across imports, and what changed
+//! in verification between the last two imports.
+
+pub mod charts;
+pub mod frame;
+pub mod html;
+pub mod queries;
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use charts::{
+    Agreement, AgreementPoint, BlockHeatmap, Chart, FAIL, FLAG, HEATMAP_COLUMNS, Histogram, MUTED,
+    PASS, REPAIRED, Runs, Tiles,
+};
+use frame::Frame;
+use html::esc;
+
+use crate::Catalog;
+use crate::error::{Error, Result};
+
+/// What to report on.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The pack (its ref name, as `packs.name`).
+    pub pack: String,
+    /// Tensors whose decoded values get a histogram, besides the worst ones.
+    pub histograms: Vec<String>,
+    /// How many of the worst-agreeing tensors get a histogram without being asked for.
+    pub worst: usize,
+}
+
+impl Options {
+    /// The report of `pack` with histograms of its 3 worst tensors.
+    pub fn new(pack: &str) -> Options {
+        Options {
+            pack: pack.to_string(),
+            histograms: Vec::new(),
+            worst: 3,
+        }
+    }
+}
+
+/// Tensors above this many values get a histogram only when asked for by name (decoding them
+/// takes seconds).
+pub const HISTOGRAM_AUTO_MAX_VALUES: f64 = 16_777_216.0;
+
+/// Equal bins of a histogram.
+const BINS: usize = 64;
+
+/// One query the report ran: its section and text.
+struct Ran {
+    section: &'static str,
+    sql: String,
+}
+
+/// The query results the report is drawn from.
+struct Data {
+    pack: String,
+    ran: Vec<Ran>,
+    pack_row: Frame,
+    files: Option<Frame>,
+    semantics: Option<Frame>,
+    agreement: Option<Frame>,
+    tiles: Option<Frame>,
+    tensors: Option<Frame>,
+    blocks: Option<Frame>,
+    histograms: BTreeMap<String, Histogram>,
+    runs: Option<Frame>,
+    imports: Option<Frame>,
+    diff: Option<(String, String, Frame)>,
+}
+
+impl Data {
+    fn gather(catalog: &Catalog, opts: &Options) -> Result<Data> {
+        let p = opts.pack.as_str();
+        let mut ran = Vec::new();
+        let mut run =
+            |section: &'static str, tables: &[&str], sql: String| -> Result<Option<Frame>> {
+                if tables.iter().any(|t| !catalog.tables().contains_key(*t)) {
+                    return Ok(None);
+                }
+                let f = Frame::from_batches(&catalog.sql(&sql)?)?;
+                ran.push(Ran { section, sql });
+                Ok(Some(f))
+            };
+        let pack_row = run("Verdict", &["packs"], queries::pack(p))?.unwrap_or_default();
+        if pack_row.is_empty() {
+            let known = Frame::from_batches(&catalog.sql("SELECT name FROM packs ORDER BY name")?)?;
+            let names: Vec<&str> = (0..known.rows())
+                .filter_map(|r| known.text(r, "name"))
+                .collect();
+            return Err(Error::UnknownPack {
+                pack: p.to_string(),
+                known: if names.is_empty() {
+                    "none".into()
+                } else {
+                    names.join(", ")
+                },
+            });
+        }
+        let files = run("Provenance", &["files"], queries::files(p))?;
+        let semantics = run("Provenance", &["semantics"], queries::semantics(p))?;
+        let with_repair = catalog.tables().contains_key("repair_verification");
+        let agreement = run(
+            "Agreement",
+            &["verification"],
+            queries::agreement(p, with_repair),
+        )?;
+        let tiles = run("Tiles", &["tensors"], queries::tiles(p))?;
+        let tensors = run("Tensors", &["tensors", "tensor_stats"], queries::tensors(p))?;
+        let blocks = run("Tensors", &["block_stats"], queries::blocks(p))?;
+        let runs = run("Runs", &["runs"], queries::runs(p))?;
+        let imports = run("Changes", &["verification_history"], queries::imports(p))?;
+        let diff = match &imports {
+            Some(f) if f.rows() >= 2 => {
+                let (after, before) = (f.text(0, "import_key"), f.text(1, "import_key"));
+                match (after, before) {
+                    (Some(a), Some(b)) => {
+                        let (a, b) = (a.to_string(), b.to_string());
+                        run(
+                            "Changes",
+                            &["verification_history"],
+                            queries::diff(p, &b, &a),
+                        )?
+                        .map(|f| (b, a, f))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        // Histograms: the tensors asked for, then the worst-agreeing ones of moderate size.
+        let mut picks: Vec<String> = Vec::new();
+        let find = |name: &str| -> Option<usize> {
+            let t = tensors.as_ref()?;
+            (0..t.rows()).find(|&r| t.text(r, "name") == Some(name))
+        };
+        for name in &opts.histograms {
+            if find(name).is_none() {
+                return Err(Error::UnknownTensor {
+                    pack: p.to_string(),
+                    tensor: name.clone(),
+                });
+            }
+            picks.push(name.clone());
+        }
+        let mut auto = 0;
+        if let (Some(a), Some(t)) = (&agreement, &tensors) {
+            for r in 0..a.rows() {
+                if auto >= opts.worst {
+                    break;
+                }
+                let Some(name) = a.text(r, "tensor") else {
+                    continue;
+                };
+                let Some(i) = find(name) else { continue };
+                let values = t.num(i, "rows").unwrap_or(0.0) * t.num(i, "k").unwrap_or(0.0);
+                if picks.iter().any(|p| p == name) || values > HISTOGRAM_AUTO_MAX_VALUES {
+                    continue;
+                }
+                picks.push(name.to_string());
+                auto += 1;
+            }
+        }
+        let mut histograms = BTreeMap::new();
+        for name in picks {
+            let (Some(t), Some(i)) = (&tensors, find(&name)) else {
+                continue;
+            };
+            let (Some(min), Some(max)) = (t.num(i, "min"), t.num(i, "max")) else {
+                continue;
+            };
+            if !(min.is_finite() && max.is_finite()) {
+                continue;
+            }
+            let Some(f) = run("Tensors", &[], queries::histogram(p, &name, min, max, BINS))? else {
+                continue;
+            };
+            let mut counts = vec![0u64; BINS];
+            for r in 0..f.rows() {
+                if let (Some(b), Some(n)) = (f.num(r, "bin"), f.num(r, "n")) {
+                    counts[(b.max(0.0) as usize).min(BINS - 1)] += n as u64;
+                }
+            }
+            let width = ((max - min) / BINS as f64).max(f64::MIN_POSITIVE);
+            histograms.insert(
+                name.clone(),
+                Histogram {
+                    tensor: name,
+                    min,
+                    width,
+                    counts,
+                },
+            );
+        }
+        Ok(Data {
+            pack: p.to_string(),
+            ran,
+            pack_row,
+            files,
+            semantics,
+            agreement,
+            tiles,
+            tensors,
+            blocks,
+            histograms,
+            runs,
+            imports,
+            diff,
+        })
+    }
+
+    /// The class of an agreement row: fail, repaired, flag, skipped or pass.
+    fn agreement_class(a: &Frame, r: usize) -> &'static str {
+        let verdict = a.text(r, "verdict").unwrap_or("");
+        let repaired = a.text(r, "repaired_verdict");
+        match (verdict, repaired) {
+            ("fail", Some("pass")) => "repaired",
+            ("fail", _) => "fail",
+            ("flag", _) => "flag",
+            ("skipped", _) => "skipped",
+            _ => "pass",
+        }
+    }
+
+    fn agreement_chart(&self) -> Option<Agreement> {
+        let a = self.agreement.as_ref()?;
+        let points = (0..a.rows())
+            .map(|r| AgreementPoint {
+                one_minus_corr: a.num(r, "corr").map_or(1.0, |c| 1.0 - c),
+                color: match Data::agreement_class(a, r) {
+                    "fail" => FAIL,
+                    "repaired" => REPAIRED,
+                    "flag" => FLAG,
+                    "skipped" => MUTED,
+                    _ => PASS,
+                },
+            })
+            .collect();
+        Some(Agreement { points })
+    }
+
+    fn tiles_chart(&self) -> Option<Tiles> {
+        let t = self.tiles.as_ref()?;
+        let mut layers: Vec<String> = Vec::new();
+        let mut kinds: Vec<String> = Vec::new();
+        for r in 0..t.rows() {
+            let layer = t.text(r, "layer").unwrap_or("-").to_string();
+            if !layers.contains(&layer) {
+                layers.push(layer);
+            }
+            let kind = t.text(r, "kind").unwrap_or("?").to_string();
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        let mut bytes = vec![vec![0.0; kinds.len()]; layers.len()];
+        for r in 0..t.rows() {
+            let layer = t.text(r, "layer").unwrap_or("-");
+            let kind = t.text(r, "kind").unwrap_or("?");
+            let (Some(l), Some(k)) = (
+                layers.iter().position(|x| x == layer),
+                kinds.iter().position(|x| x == kind),
+            ) else {
+                continue;
+            };
+            bytes[l][k] += t.num(r, "bytes").unwrap_or(0.0);
+        }
+        Some(Tiles {
+            layers,
+            kinds,
+            bytes,
+        })
+    }
+
+    /// Row-block heatmaps of every tensor with more than one row block.
+    fn heatmaps(&self) -> BTreeMap<String, BlockHeatmap> {
+        let mut out = BTreeMap::new();
+        let Some(b) = &self.blocks else { return out };
+        let mut by: BTreeMap<&str, Vec<(f64, f64, f64)>> = BTreeMap::new();
+        for r in 0..b.rows() {
+            let Some(name) = b.text(r, "name") else {
+                continue;
+            };
+            by.entry(name).or_default().push((
+                b.num(r, "absmax").unwrap_or(f64::NAN),
+                b.num(r, "rms").unwrap_or(f64::NAN),
+                b.num(r, "rows").unwrap_or(1.0),
+            ));
+        }
+        for (name, blocks) in by {
+            if blocks.len() < 2 {
+                continue;
+            }
+            let per = blocks.len().div_ceil(HEATMAP_COLUMNS);
+            let mut absmax = Vec::new();
+            let mut rms = Vec::new();
+            for g in blocks.chunks(per) {
+                absmax.push(g.iter().map(|x| x.0).fold(f64::NEG_INFINITY, |m, v| {
+                    if v.is_nan() { v } else { m.max(v) }
+                }));
+                let rows: f64 = g.iter().map(|x| x.2).sum();
+                rms.push((g.iter().map(|x| x.1 * x.1 * x.2).sum::<f64>() / rows.max(1.0)).sqrt());
+            }
+            out.insert(
+                name.to_string(),
+                BlockHeatmap {
+                    tensor: name.to_string(),
+                    rows: vec![("absmax".into(), absmax), ("rms".into(), rms)],
+                    blocks_per_column: per,
+                    blocks: blocks.len(),
+                },
+            );
+        }
+        out
+    }
+
+    fn runs_chart(&self) -> Option<Runs> {
+        let f = self.runs.as_ref()?;
+        let mut runs: Vec<String> = Vec::new();
+        let mut stages: Vec<String> = Vec::new();
+        for r in 0..f.rows() {
+            let run = f.text(r, "run_id").unwrap_or("?").to_string();
+            if !runs.contains(&run) {
+                runs.push(run);
+            }
+            let stage = f.text(r, "stage").unwrap_or("?").to_string();
+            if !stages.contains(&stage) {
+                stages.push(stage);
+            }
+        }
+        let mut ms = vec![vec![0.0; stages.len()]; runs.len()];
+        let mut counts = vec![(0usize, 0usize); runs.len()];
+        for r in 0..f.rows() {
+            let (Some(i), Some(s)) = (
+                runs.iter()
+                    .position(|x| Some(x.as_str()) == f.text(r, "run_id")),
+                stages
+                    .iter()
+                    .position(|x| Some(x.as_str()) == f.text(r, "stage")),
+            ) else {
+                continue;
+            };
+            match f.text(r, "status") {
+                Some("miss") => {
+                    ms[i][s] += f.num(r, "duration_ms").unwrap_or(0.0);
+                    counts[i].0 += 1;
+                }
+                Some("hit") => counts[i].1 += 1,
+                _ => {}
+            }
+        }
+        let labels = counts
+            .iter()
+            .enumerate()
+            .map(|(i, (ran, cached))| format!("#{} ({ran} ran, {cached} cached)", i + 1))
+            .collect();
+        Some(Runs {
+            runs: labels,
+            stages,
+            ms,
+        })
+    }
+}
+
+fn svg_block(chart: &impl Chart) -> Result<String> {
+    Ok(format!(
+        "<div class=\"chart\">{}</div>",
+        charts::svg(chart)?
+    ))
+}
+
+fn queries_of(d: &Data, section: &str) -> String {
+    d.ran
+        .iter()
+        .filter(|q| q.section == section)
+        .map(|q| html::query(&q.sql))
+        .collect()
+}
+
+fn absent(table: &str, why: &str) -> String {
+    format!(
+        "<p class=\"muted\">No <code>{}</code> table in this store: {}.</p>",
+        esc(table),
+        esc(why)
+    )
+}
+
+/// The report of `opts.pack` as one self-contained HTML page.
+pub fn html(catalog: &Catalog, opts: &Options) -> Result<String> {
+    let d = Data::gather(catalog, opts)?;
+    let mut s = String::with_capacity(1 << 20);
+    let title = format!("{}: verification report", d.pack);
+    let _ = write!(
+        s,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{}</style></head><body>",
+        esc(&title),
+        html::STYLE
+    );
+    let _ = write!(
+        s,
+        "<h1>{}</h1><nav><a href=\"#verdict\">Verdict</a><a href=\"#provenance\">Provenance</a><a href=\"#agreement-section\">Agreement</a><a href=\"#tiles\">Tiles</a><a href=\"#tensors\">Tensors</a><a href=\"#runs\">Runs</a><a href=\"#changes\">Changes</a><a href=\"#queries\">Queries</a></nav>",
+        esc(&d.pack)
+    );
+
+    // Verdict.
+    let verified = d.pack_row.text(0, "verified");
+    let (class, head) = match verified {
+        Some("true") => ("ok", "Verified"),
+        Some("false") => ("bad", "Refused"),
+        _ => ("none", "Not verified (imported without a reference)"),
+    };
+    let verdict = d
+        .pack_row
+        .text(0, "verdict")
+        .unwrap_or("no verify stage ran");
+    // The summary starts with its own "verified:"/"refused:"; the heading says it already.
+    let verdict = ["verified: ", "refused: "]
+        .iter()
+        .find_map(|p| verdict.strip_prefix(p))
+        .unwrap_or(verdict);
+    let _ = write!(
+        s,
+        "<h2 id=\"verdict\">Verdict</h2><div class=\"verdict {class}\"><b>{head}</b>: {}</div>",
+        esc(verdict)
+    );
+    if d.pack_row.text(0, "needs_run") == Some("true") {
+        let _ = write!(
+            s,
+            "<p class=\"verdict bad\">This build would re-run stages {} (made by an older version): the tables below are the old import's.</p>",
+            esc(d.pack_row.text(0, "stale_stages").unwrap_or(""))
+        );
+    }
+    s.push_str(&queries_of(&d, "Verdict"));
+
+    // Provenance and decisions.
+    s.push_str("<h2 id=\"provenance\">Provenance and decisions</h2><table class=\"kv\">");
+    for (k, label) in [
+        ("source", "imported with"),
+        ("dir", "repository folder"),
+        ("last_run", "last run"),
+    ] {
+        let _ = write!(
+            s,
+            "<tr><td>{label}</td><td>{}</td></tr>",
+            esc(d.pack_row.text(0, k).unwrap_or(""))
+        );
+    }
+    s.push_str("</table>");
+    match &d.files {
+        Some(f) if !f.is_empty() => s.push_str(&html::table(f, "files", &|_| String::new())),
+        _ => s.push_str(
+            "<p class=\"muted\">Imported from a local folder: no hub files recorded.</p>",
+        ),
+    }
+    if let Some(sem) = &d.semantics {
+        let mut facts = sem_without_decisions(sem);
+        facts.push_str(&format!(
+            "<p>Every decision with its source:</p><pre>{}</pre>",
+            esc(sem.text(0, "decisions").unwrap_or(""))
+        ));
+        s.push_str(&facts);
+    }
+    s.push_str(&queries_of(&d, "Provenance"));
+
+    // Agreement.
+    s.push_str("<h2 id=\"agreement-section\">Agreement with the reference</h2>");
+    match &d.agreement {
+        Some(a) => {
+            let fails = (0..a.rows())
+                .filter(|&r| Data::agreement_class(a, r) == "fail")
+                .count();
+            let repaired = (0..a.rows())
+                .filter(|&r| Data::agreement_class(a, r) == "repaired")
+                .count();
+            let _ = write!(
+                s,
+                "<p>{} comparisons: <b>{fails} failing</b>, {repaired} repaired, listed first (red, then purple); then flagged, then the rest by correlation. Filter: <input id=\"filter\" placeholder=\"tensor, verdict, reading\"></p>",
+                a.rows()
+            );
+            if let Some(c) = d.agreement_chart() {
+                s.push_str(&svg_block(&c)?);
+            }
+            s.push_str("<div class=\"scroll\">");
+            s.push_str(&html::table(a, "agreement", &|r| {
+                Data::agreement_class(a, r).to_string()
+            }));
+            s.push_str("</div>");
+        }
+        None => s.push_str(&absent(
+            "verification",
+            "no pack in this store was verified (import with --reference)",
+        )),
+    }
+    s.push_str(&queries_of(&d, "Agreement"));
+
+    // Tiles.
+    s.push_str("<h2 id=\"tiles\">Tile kinds and padding per layer</h2>");
+    if let Some(c) = d.tiles_chart() {
+        s.push_str(&svg_block(&c)?);
+    }
+    if let Some(t) = &d.tiles {
+        s.push_str("<div class=\"scroll\">");
+        s.push_str(&html::table(t, "tile-kinds", &|_| String::new()));
+        s.push_str("</div>");
+    }
+    s.push_str(&queries_of(&d, "Tiles"));
+
+    // Tensors: picker and cards.
+    s.push_str("<h2 id=\"tensors\">Tensors: row blocks and values</h2>");
+    let heatmaps = d.heatmaps();
+    if let Some(t) = &d.tensors {
+        let first = d
+            .histograms
+            .keys()
+            .next()
+            .cloned()
+            .or_else(|| t.text(0, "name").map(str::to_string))
+            .unwrap_or_default();
+        let failing: Vec<&str> = d
+            .agreement
+            .as_ref()
+            .map(|a| {
+                (0..a.rows())
+                    .filter(|&r| Data::agreement_class(a, r) != "pass")
+                    .filter_map(|r| a.text(r, "tensor"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let _ = write!(s, "<p>{} tensors; pick one: <select id=\"pick\">", t.rows());
+        for r in 0..t.rows() {
+            let name = t.text(r, "name").unwrap_or("");
+            let mark = if failing.contains(&name) { " ✗" } else { "" };
+            let hist = if d.histograms.contains_key(name) {
+                " (histogram)"
+            } else {
+                ""
+            };
+            let sel = if name == first { " selected" } else { "" };
+            let _ = write!(
+                s,
+                "<option value=\"{0}\"{sel}>{0}{mark}{hist}</option>",
+                esc(name)
+            );
+        }
+        s.push_str("</select></p><p class=\"muted\">Histograms of decoded values are drawn for the worst-agreeing tensors and those named with <code>--tensor NAME</code>.</p>");
+        for r in 0..t.rows() {
+            let name = t.text(r, "name").unwrap_or("");
+            let _ = write!(
+                s,
+                "<div class=\"tensor\" data-name=\"{}\"><h3>{}</h3><table class=\"kv\">",
+                esc(name),
+                esc(name)
+            );
+            for col in t.names().iter().filter(|c| *c != "name") {
+                let v = match t.num(r, col) {
+                    Some(v) if v.fract() != 0.0 => html::num(v),
+                    _ => t.text(r, col).unwrap_or("").to_string(),
+                };
+                let _ = write!(s, "<tr><td>{}</td><td>{}</td></tr>", esc(col), esc(&v));
+            }
+            s.push_str("</table>");
+            match heatmaps.get(name) {
+                Some(h) => s.push_str(&svg_block(h)?),
+                None => s.push_str("<p class=\"muted\">One row block: its statistics are the tensor's (above).</p>"),
+            }
+            if let Some(h) = d.histograms.get(name) {
+                s.push_str(&svg_block(h)?);
+            }
+            s.push_str("</div>");
+        }
+    } else {
+        s.push_str(&absent("tensors", "the dequant stage has not run"));
+    }
+    s.push_str(&queries_of(&d, "Tensors"));
+
+    // Runs.
+    s.push_str("<h2 id=\"runs\">Stage runs across imports</h2>");
+    if let Some(c) = d.runs_chart() {
+        s.push_str(&svg_block(&c)?);
+    }
+    if let Some(f) = &d.runs {
+        s.push_str("<div class=\"scroll\">");
+        s.push_str(&html::table(f, "run-table", &|r| {
+            if f.text(r, "status") == Some("miss") {
+                String::new()
+            } else {
+                "skipped".into()
+            }
+        }));
+        s.push_str("</div>");
+    }
+    s.push_str(&queries_of(&d, "Runs"));
+
+    // Changes between imports.
+    s.push_str("<h2 id=\"changes\">What changed between the last two imports</h2>");
+    match (&d.imports, &d.diff) {
+        (_, Some((before, after, f))) => {
+            let _ = write!(
+                s,
+                "<p>Verification of import <code>{}</code> (current) against <code>{}</code>: {} comparisons differ.</p>",
+                esc(&after[..after.len().min(16)]),
+                esc(&before[..before.len().min(16)]),
+                f.rows()
+            );
+            s.push_str(&html::table(
+                f,
+                "changes-table",
+                &|r| match f.text(r, "verdict_after") {
+                    Some("fail") => "fail".into(),
+                    _ => String::new(),
+                },
+            ));
+        }
+        (Some(i), None) => {
+            let _ = write!(
+                s,
+                "<p class=\"muted\">{} import(s) of this pack in the store: nothing to compare yet (a second import after a reader fix shows what changed here).</p>",
+                i.rows()
+            );
+        }
+        (None, _) => s.push_str(&absent("verification_history", "no verified import")),
+    }
+    s.push_str(&queries_of(&d, "Changes"));
+
+    // Every query, in order.
+    s.push_str("<h2 id=\"queries\">Queries</h2><p>Every table and chart above comes from these queries over the catalog (<code>onebit-pipe sql</code> runs them as they are):</p>");
+    for q in &d.ran {
+        let _ = write!(
+            s,
+            "<p class=\"muted\">{}</p><pre>{}</pre>",
+            esc(q.section),
+            esc(&q.sql)
+        );
+    }
+    let _ = writeln!(s, "<script>{}</script></body></html>", html::SCRIPT);
+    Ok(s)
+}
+
+/// The semantics row as a key/value table, without the decision log (shown whole below it).
+fn sem_without_decisions(sem: &Frame) -> String {
+    let mut s = String::from("<table class=\"kv\">");
+    for (c, name) in sem.names().iter().enumerate() {
+        if name == "decisions" {
+            continue;
+        }
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td></tr>",
+            esc(name),
+            esc(sem.text_at(0, c).unwrap_or(""))
+        );
+    }
+    s.push_str("</table>");
+    s
+}
+
+/// A file-name stem from a tensor name.
+fn stem(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The report's charts as PNG files: `(file name, bytes)`. The block heatmaps and histograms are
+/// those of the tensors that get a histogram (the worst and the ones asked for).
+pub fn png(catalog: &Catalog, opts: &Options) -> Result<Vec<(String, Vec<u8>)>> {
+    let d = Data::gather(catalog, opts)?;
+    let mut out = Vec::new();
+    if let Some(c) = d.agreement_chart() {
+        out.push(("agreement.png".to_string(), charts::png(&c)?));
+    }
+    if let Some(c) = d.tiles_chart() {
+        out.push(("tiles.png".to_string(), charts::png(&c)?));
+    }
+    if let Some(c) = d.runs_chart() {
+        out.push(("runs.png".to_string(), charts::png(&c)?));
+    }
+    let heatmaps = d.heatmaps();
+    for (name, h) in &d.histograms {
+        if let Some(b) = heatmaps.get(name) {
+            out.push((format!("blocks-{}.png", stem(name)), charts::png(b)?));
+        }
+        out.push((format!("values-{}.png", stem(name)), charts::png(h)?));
+    }
+    Ok(out)
+}
