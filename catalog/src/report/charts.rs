@@ -187,7 +187,10 @@ impl Chart for Tiles {
         let n = self.layers.len().max(1);
         let labels = self.layers.clone();
         let mut chart = ChartBuilder::on(root)
-            .caption("Bytes per layer by tile kind", (FONT, 15))
+            .caption(
+                "Bytes per layer by tile kind (tensors outside the layers: see the table)",
+                (FONT, 15),
+            )
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(60)

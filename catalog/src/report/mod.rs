@@ -249,7 +249,13 @@ impl Data {
         let t = self.tiles.as_ref()?;
         let mut layers: Vec<String> = Vec::new();
         let mut kinds: Vec<String> = Vec::new();
+        // The embedding and head dwarf a layer: the chart draws the layers (when there are any)
+        // and the table lists the rest.
+        let in_layers = (0..t.rows()).any(|r| t.text(r, "layer").is_some());
         for r in 0..t.rows() {
+            if in_layers && t.text(r, "layer").is_none() {
+                continue;
+            }
             let layer = t.text(r, "layer").unwrap_or("-").to_string();
             if !layers.contains(&layer) {
                 layers.push(layer);
@@ -261,6 +267,9 @@ impl Data {
         }
         let mut bytes = vec![vec![0.0; kinds.len()]; layers.len()];
         for r in 0..t.rows() {
+            if in_layers && t.text(r, "layer").is_none() {
+                continue;
+            }
             let layer = t.text(r, "layer").unwrap_or("-");
             let kind = t.text(r, "kind").unwrap_or("?");
             let (Some(l), Some(k)) = (
