@@ -14,6 +14,13 @@ if { [ ! -f /usr/include/xrt/xclbin.h ] || ! ls /usr/lib/llvm-*/lib/libclang*.so
     { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $npu_deps >&2; }; } ||
     echo "note: $npu_deps not installed: the NPU feature is not tested" >&2
 fi
+# Chromium (Debian's package) for the report's test in a real headless browser.
+if ! command -v chromium >/dev/null && [ -z "${ONEBIT_CHROMIUM:-}" ] &&
+  command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >&2 ||
+    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >&2; }; } ||
+    echo "note: chromium not installed: the report's browser test will fail" >&2
+fi
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF
 log=$(mktemp)

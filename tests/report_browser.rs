@@ -57,14 +57,23 @@ fn load(page: &Path, shot: &Path) -> Loaded {
             .arg(&url)
             .output()
             .expect("chromium runs");
-        assert!(out.status.success(), "chromium: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "chromium: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out
     };
     let shot_run = run(&[format!("--screenshot={}", shot.display())]);
     let dom_run = run(&["--dump-dom".to_string()]);
     let console = [&shot_run.stderr, &dom_run.stderr]
         .iter()
-        .flat_map(|e| String::from_utf8_lossy(e).lines().map(str::to_string).collect::<Vec<_>>())
+        .flat_map(|e| {
+            String::from_utf8_lossy(e)
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
         .filter(|l| l.contains(":CONSOLE"))
         .collect();
     Loaded {
@@ -104,7 +113,11 @@ fn the_console_check_sees_an_error() {
         "{:?}",
         got.console
     );
-    assert!(got.console.iter().any(|l| l.contains("nope")), "{:?}", got.console);
+    assert!(
+        got.console.iter().any(|l| l.contains("nope")),
+        "{:?}",
+        got.console
+    );
 }
 
 #[test]
@@ -146,19 +159,21 @@ fn the_reports_of_the_golden_fixtures_load_cleanly_in_chromium() {
             got.dom.contains("data-ready=\"1\""),
             "{case}: the page's script did not finish"
         );
-        assert!(colors(&got.screenshot) > 50, "{case}: the screenshot is blank");
+        assert!(
+            colors(&got.screenshot) > 50,
+            "{case}: the screenshot is blank"
+        );
         if case == "llama-q80" {
             // In the rendered DOM: the agreement table starts with the failing tensors.
             let table = &got.dom[got.dom.find("<table id=\"agreement\">").expect("table")..];
-            let rows: Vec<&str> = table
-                .split("<tr")
-                .skip(2)
-                .take(8)
-                .collect();
+            let rows: Vec<&str> = table.split("<tr").skip(2).take(8).collect();
             assert!(
                 rows.iter().all(|r| r.starts_with(" class=\"fail\"")),
                 "{:?}",
-                &rows.iter().map(|r| &r[..r.len().min(80)]).collect::<Vec<_>>()
+                &rows
+                    .iter()
+                    .map(|r| &r[..r.len().min(80)])
+                    .collect::<Vec<_>>()
             );
         }
     }

@@ -516,3 +516,25 @@ fn recurrent_sequences_keep_their_own_state(case: &str) {
         "{v}"
     );
 }
+
+#[test]
+fn the_served_pack_has_its_verification_report_at_report_model() {
+    let s = serve(&[]);
+    let (_, body) = s.get("/v1/models");
+    let models: Value = serde_json::from_slice(&body).expect("json");
+    let id = models["data"][0]["id"].as_str().expect("id").to_string();
+    let (st, page) = s.get(&format!("/report/{id}"));
+    let page = String::from_utf8_lossy(&page);
+    assert_eq!(st, 200, "{page}");
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page:.200}");
+    assert!(
+        page.contains("<h1>local/llama-q41</h1>"),
+        "the pack's own report"
+    );
+    assert!(page.contains("<b>Verified</b>"));
+    assert!(page.contains("<table id=\"agreement\">"));
+    let (st, body) = s.get("/report/some-other-model");
+    assert_eq!(st, 404, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("model_not_found"));
+    assert!(s.metric("onebit_http_requests_total{route=\"/report/{id}\",status=\"200\"}") >= 1.0);
+}

@@ -60,10 +60,16 @@ fn a_refused_pack_shows_its_failing_tensors_first_and_red() {
         "and only there: {classes:?}"
     );
     assert!(page.contains("<b>Refused</b>"), "the verdict says refused");
-    assert!(page.contains("tr.fail td{background:#fbe0e0"), "fail rows are red");
+    assert!(
+        page.contains("tr.fail td{background:#fbe0e0"),
+        "fail rows are red"
+    );
     // The charts are drawn (SVG inline), the worst tensors get a histogram of decoded values.
     assert!(page.matches("<svg").count() >= 4, "charts inline");
-    assert!(page.contains("FROM tensor_values(&#39;llama-q80&#39;"), "histogram query listed");
+    assert!(
+        page.contains("FROM tensor_values(&#39;llama-q80&#39;"),
+        "histogram query listed"
+    );
 }
 
 #[test]
@@ -91,9 +97,7 @@ fn the_page_is_self_contained_and_lists_every_query_it_ran() {
             .replace("&lt;", "<")
             .replace("&gt;", ">")
             .replace("&amp;", "&");
-        catalog
-            .sql(&sql)
-            .unwrap_or_else(|e| panic!("{sql}\n{e}"));
+        catalog.sql(&sql).unwrap_or_else(|e| panic!("{sql}\n{e}"));
     }
 }
 
@@ -113,7 +117,10 @@ fn two_imports_of_one_repository_show_what_changed() {
     let catalog = Catalog::open(&store, &versions()).expect("catalog");
     let page = report::html(&catalog, &Options::new("org/model")).expect("report");
     let section = &page[page.find("id=\"changes\"").expect("changes section")..];
-    assert!(section.contains("<table id=\"changes-table\">"), "a diff table");
+    assert!(
+        section.contains("<table id=\"changes-table\">"),
+        "a diff table"
+    );
     let diff = &section[..section.find("</table>").expect("end")];
     // Every tensor that failed before passes now and is listed.
     for t in [

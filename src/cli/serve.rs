@@ -129,6 +129,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
         api_key: a.api_key.clone(),
         max_body: a.max_body,
         limits,
+        report: report_source(g, &a.source),
     });
     eprintln!(
         "listening on http://{bound} (OpenAI API under /v1; /health says when the model is ready)"
@@ -249,4 +250,44 @@ fn attach_npu(
     anyhow::bail!(super::Refused(
         "this build has no NPU backend (build with --features npu)".into()
     ))
+}
+
+/// The store name of the served pack: the repository, the local folder's name, or the ref whose
+/// repack output holds the `--pack` folder; `None` when no ref of the store holds it.
+fn store_pack_name(g: &Global, source: &PackSource) -> Option<String> {
+    if let Some(repo) = &source.repo {
+        return Some(repo.clone());
+    }
+    if let Some(path) = &source.path {
+        return super::report::local_pack_name(path).ok();
+    }
+    let dir = source.pack.as_ref()?.canonicalize().ok()?;
+    let store = g.store().ok()?;
+    onebit_pipeline::refs::list_refs(&store)
+        .ok()?
+        .into_iter()
+        .find(|r| {
+            r.stage("repack").is_some_and(|s| {
+                store
+                    .entry_dir(&s.key)
+                    .canonicalize()
+                    .is_ok_and(|e| dir.starts_with(e))
+            })
+        })
+        .map(|r| r.name)
+}
+
+/// `/report/<model>`: the served pack's report, built from the store's catalog at each request.
+fn report_source(g: &Global, source: &PackSource) -> Option<onebit_runtime::server::ReportSource> {
+    let name = store_pack_name(g, source)?;
+    let g = g.clone();
+    Some(onebit_runtime::server::ReportSource(std::sync::Arc::new(
+        move || {
+            let store = g.store().map_err(|e| format!("{e:#}"))?;
+            let catalog = onebit_catalog::Catalog::open(&store, &super::run::current_versions())
+                .map_err(|e| e.to_string())?;
+            onebit_catalog::report::html(&catalog, &onebit_catalog::report::Options::new(&name))
+                .map_err(|e| e.to_string())
+        },
+    )))
 }

@@ -45,6 +45,20 @@ pub struct Options {
     pub max_body: usize,
     /// Scheduler limits; `ctx` 0 means min(model context, [`DEFAULT_CTX`]).
     pub limits: Limits,
+    /// Builds the verification report (HTML) of the served pack for `/report/<model>`; `None`:
+    /// the pack is not in a store, so there is no report to show.
+    pub report: Option<ReportSource>,
+}
+
+/// Writes the served pack's report page, or says why it cannot. Called on a thread of its own for
+/// each `/report/<model>` request (it reads the store's catalog, which takes a fraction of a second).
+#[derive(Clone)]
+pub struct ReportSource(pub Arc<dyn Fn() -> Result<String, String> + Send + Sync>);
+
+impl std::fmt::Debug for ReportSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReportSource")
+    }
 }
 
 /// Context per sequence when none is asked for and the model allows more.
@@ -221,6 +235,7 @@ impl Server {
             .route("/v1/models/{*id}", get(model))
             .route("/v1/chat/completions", post(chat_completions))
             .route("/v1/completions", post(completions))
+            .route("/report/{*id}", get(report))
             .fallback(not_found)
             .layer(middleware::from_fn_with_state(self.clone(), observe))
             .with_state(self.clone())
@@ -578,6 +593,7 @@ fn route_of(path: &str) -> &'static str {
         "/v1/chat/completions" => "/v1/chat/completions",
         "/v1/completions" => "/v1/completions",
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
+        p if p.starts_with("/report/") => "/report/{id}",
         _ => "other",
     }
 }
@@ -662,6 +678,57 @@ async fn model(
         .with_code("model_not_found"));
     }
     Ok(axum::Json(model_object(&r)).into_response())
+}
+
+/// `/report/<model>`: the served pack's verification report, built from the store's catalog now.
+async fn report(
+    State(s): State<Arc<Server>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    s.authorize(&headers)?;
+    let r = s.current()?;
+    if id != r.id {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!(
+                "the model '{id}' does not exist here; this server serves '{}'",
+                r.id
+            ),
+        )
+        .with_code("model_not_found"));
+    }
+    let Some(source) = s.opts.report.clone() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("'{id}' was loaded from a pack folder that no store names: it has no report"),
+        )
+        .with_code("report_not_found"));
+    };
+    // The catalog runs queries on a runtime of its own: build the page on a plain thread.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send((source.0)());
+    });
+    let page = rx
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the report thread stopped",
+            )
+        })?
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                format!("the report of '{id}' could not be built: {e}"),
+            )
+        })?;
+    Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response())
 }
 
 async fn chat_completions(
