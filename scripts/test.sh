@@ -17,8 +17,8 @@ fi
 # Chromium (Debian's package) for the report's test in a real headless browser.
 if ! command -v chromium >/dev/null && [ -z "${ONEBIT_CHROMIUM:-}" ] &&
   command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >&2 ||
-    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >&2; }; } ||
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >&2 ||
+    { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >&2; }; } ||
     echo "note: chromium not installed: the report's browser test will fail" >&2
 fi
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
