@@ -75,6 +75,15 @@ fn the_quarter_tile_demo_pack_converts_verifies_and_answers_paris() {
         .arg("--reference")
         .arg(gemma_gguf()));
     let _ = out;
+    // The report of the 237-tensor pack: one self-contained file under 5 MB (how fast it is
+    // written is measured in docs/benchmarks.md, not here).
+    let path = ok(bin(&home).args(["report", "--path"]).arg(&repo));
+    let page = std::fs::read(path.trim()).expect("report");
+    eprintln!("report: {} bytes", page.len());
+    assert!(page.len() < 5 << 20, "{} bytes", page.len());
+    let page = String::from_utf8_lossy(&page);
+    assert!(page.contains("237 tensors pass"), "the verdict");
+    assert_eq!(page.matches("<div class=\"tensor\"").count(), 237);
     // Three identical greedy requests give identical text.
     let runs: Vec<_> = (0..3)
         .map(|_| complete(&home, &repo, "What is the capital of France?", 16))

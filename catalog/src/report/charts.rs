@@ -276,13 +276,13 @@ impl Chart for BlockHeatmap {
         let per = self.blocks_per_column;
         let caption = if per > 1 {
             format!(
-                "{} row blocks in {cols} groups of {per} (absmax: max of the group, rms: pooled); each row from its min (dark) to its max (yellow)",
-                self.blocks
+                "{}: {} row blocks in {cols} groups of {per}; each row from its min (dark) to max (yellow)",
+                self.tensor, self.blocks
             )
         } else {
             format!(
-                "{} row blocks; each row colored from its min (dark) to its max (yellow)",
-                self.blocks
+                "{}: {} row blocks; each row from its min (dark) to its max (yellow)",
+                self.tensor, self.blocks
             )
         };
         let mut chart = ChartBuilder::on(root)
@@ -364,7 +364,10 @@ impl Chart for Histogram {
         let total: u64 = self.counts.iter().sum();
         let mut chart = ChartBuilder::on(root)
             .caption(
-                format!("Decoded values ({total} finite, log count)"),
+                format!(
+                    "{}: decoded values ({total} finite, log count)",
+                    self.tensor
+                ),
                 (FONT, 12),
             )
             .margin(6)

@@ -557,7 +557,7 @@ pub fn html(catalog: &Catalog, opts: &Options) -> Result<String> {
                 esc(name)
             );
         }
-        s.push_str("</select></p><p class=\"muted\">Histograms of decoded values are drawn for the worst-agreeing tensors and those named with <code>--tensor NAME</code>.</p>");
+        s.push_str("</select></p><p class=\"muted\">Row blocks are the tile grid's (<code>block_stats</code>); beyond 96 of them, adjacent blocks are merged (absmax: the group's maximum; rms: pooled over the group's rows). Histograms of decoded values (<code>tensor_values</code>) are drawn for the worst-agreeing tensors and those named with <code>--tensor NAME</code>.</p>");
         for r in 0..t.rows() {
             let name = t.text(r, "name").unwrap_or("");
             let _ = write!(
