@@ -159,19 +159,27 @@ impl Chart for Agreement {
     }
 }
 
-/// Bytes per layer, stacked by tile kind.
-pub struct Tiles {
-    /// Layer labels in order (`-` for tensors outside the layers).
-    pub layers: Vec<String>,
-    /// Kind names, in legend order.
-    pub kinds: Vec<String>,
-    /// `bytes[layer][kind]`.
-    pub bytes: Vec<Vec<f64>>,
+/// Bars stacked by series: bytes per layer by tile kind, stage time per import by stage.
+pub struct StackedBars {
+    /// File name stem and error label.
+    pub name: &'static str,
+    /// The caption.
+    pub title: &'static str,
+    /// The y axis' unit.
+    pub unit: &'static str,
+    /// One label per bar, in order.
+    pub bars: Vec<String>,
+    /// Series names, in legend (and stacking) order.
+    pub series: Vec<String>,
+    /// `values[bar][series]`, in `unit`.
+    pub values: Vec<Vec<f64>>,
+    /// Where in the palette the series' colors start (charts side by side differ).
+    pub palette: usize,
 }
 
-impl Chart for Tiles {
+impl Chart for StackedBars {
     fn name(&self) -> String {
-        "tiles".into()
+        self.name.into()
     }
     fn size(&self) -> (u32, u32) {
         (900, 320)
@@ -179,22 +187,18 @@ impl Chart for Tiles {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
         root.fill(&WHITE).map_err(err)?;
         let top = self
-            .bytes
+            .values
             .iter()
-            .map(|l| l.iter().sum::<f64>())
-            .fold(0.0, f64::max)
-            / (1 << 20) as f64;
-        let n = self.layers.len().max(1);
-        let labels = self.layers.clone();
+            .map(|b| b.iter().sum::<f64>())
+            .fold(0.0, f64::max);
+        let n = self.bars.len().max(1);
+        let labels = &self.bars;
         let mut chart = ChartBuilder::on(root)
-            .caption(
-                "Bytes per layer by tile kind (tensors outside the layers: see the table)",
-                (FONT, 15),
-            )
+            .caption(self.title, (FONT, 15))
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(60)
-            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..(top * 1.1).max(1e-6))
+            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..(top * 1.15).max(1e-6))
             .map_err(err)?;
         chart
             .configure_mesh()
@@ -206,30 +210,28 @@ impl Chart for Tiles {
                 }
                 labels.get(i as usize).cloned().unwrap_or_default()
             })
-            .x_desc("layer")
-            .y_desc("MiB")
+            .y_desc(self.unit)
             .label_style((FONT, 11))
             .disable_x_mesh()
             .draw()
             .map_err(err)?;
-        for (k, kind) in self.kinds.iter().enumerate() {
-            let color = Palette99::pick(k).to_rgba();
+        for (k, series) in self.series.iter().enumerate() {
+            let color = Palette99::pick(k + self.palette).to_rgba();
             let bars: Vec<Rectangle<(f64, f64)>> = self
-                .bytes
+                .values
                 .iter()
                 .enumerate()
-                .filter(|(_, l)| l.get(k).is_some_and(|&b| b > 0.0))
-                .map(|(i, l)| {
-                    let below: f64 = l[..k].iter().sum::<f64>() / (1 << 20) as f64;
-                    let h = l[k] / (1 << 20) as f64;
+                .filter(|(_, b)| b.get(k).is_some_and(|&v| v > 0.0))
+                .map(|(i, b)| {
+                    let below: f64 = b[..k].iter().sum();
                     let x = i as f64;
-                    Rectangle::new([(x - 0.4, below), (x + 0.4, below + h)], color.filled())
+                    Rectangle::new([(x - 0.4, below), (x + 0.4, below + b[k])], color.filled())
                 })
                 .collect();
             chart
                 .draw_series(bars)
                 .map_err(err)?
-                .label(kind.as_str())
+                .label(series.as_str())
                 .legend(move |(x, y)| {
                     Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
                 });
@@ -399,94 +401,6 @@ impl Chart for Histogram {
                         Rectangle::new([(x0, 0.8), (x0 + self.width, c as f64)], color.filled())
                     }),
             )
-            .map_err(err)?;
-        Ok(())
-    }
-}
-
-/// Stage time per import run, stacked by stage; cached stages take no time and are counted in
-/// the labels.
-pub struct Runs {
-    /// Run labels in order (`#1 (3 ran, 4 cached)`).
-    pub runs: Vec<String>,
-    /// Stage names, in legend order.
-    pub stages: Vec<String>,
-    /// `ms[run][stage]` for stages that ran.
-    pub ms: Vec<Vec<f64>>,
-}
-
-impl Chart for Runs {
-    fn name(&self) -> String {
-        "runs".into()
-    }
-    fn size(&self) -> (u32, u32) {
-        (900, 300)
-    }
-    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String> {
-        root.fill(&WHITE).map_err(err)?;
-        let top = self
-            .ms
-            .iter()
-            .map(|r| r.iter().sum::<f64>())
-            .fold(0.0, f64::max);
-        let n = self.runs.len().max(1);
-        let labels = self.runs.clone();
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                "Stage time per import (cached stages take none)",
-                (FONT, 15),
-            )
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(60)
-            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, 0f64..(top * 1.15).max(1.0))
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_labels(n.min(12))
-            .x_label_formatter(&|v| {
-                let i = v.round();
-                if (v - i).abs() > 1e-6 || i < 0.0 {
-                    return String::new();
-                }
-                labels.get(i as usize).cloned().unwrap_or_default()
-            })
-            .y_desc("ms")
-            .label_style((FONT, 11))
-            .disable_x_mesh()
-            .draw()
-            .map_err(err)?;
-        for (s, stage) in self.stages.iter().enumerate() {
-            let color = Palette99::pick(s + 3).to_rgba();
-            let bars: Vec<Rectangle<(f64, f64)>> = self
-                .ms
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.get(s).is_some_and(|&v| v > 0.0))
-                .map(|(i, r)| {
-                    let below: f64 = r[..s].iter().sum();
-                    let x = i as f64;
-                    Rectangle::new(
-                        [(x - 0.35, below), (x + 0.35, below + r[s])],
-                        color.filled(),
-                    )
-                })
-                .collect();
-            chart
-                .draw_series(bars)
-                .map_err(err)?
-                .label(stage.as_str())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
-                });
-        }
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 11))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
             .map_err(err)?;
         Ok(())
     }

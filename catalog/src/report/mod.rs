@@ -15,7 +15,7 @@ use std::fmt::Write;
 
 use charts::{
     Agreement, AgreementPoint, BlockHeatmap, Chart, FAIL, FLAG, HEATMAP_COLUMNS, Histogram, MUTED,
-    PASS, REPAIRED, Runs, Tiles,
+    PASS, REPAIRED, StackedBars,
 };
 use frame::Frame;
 use html::esc;
@@ -245,45 +245,26 @@ impl Data {
         Some(Agreement { points })
     }
 
-    fn tiles_chart(&self) -> Option<Tiles> {
+    fn tiles_chart(&self) -> Option<StackedBars> {
         let t = self.tiles.as_ref()?;
-        let mut layers: Vec<String> = Vec::new();
-        let mut kinds: Vec<String> = Vec::new();
         // The embedding and head dwarf a layer: the chart draws the layers (when there are any)
         // and the table lists the rest.
         let in_layers = (0..t.rows()).any(|r| t.text(r, "layer").is_some());
-        for r in 0..t.rows() {
-            if in_layers && t.text(r, "layer").is_none() {
-                continue;
-            }
-            let layer = t.text(r, "layer").unwrap_or("-").to_string();
-            if !layers.contains(&layer) {
-                layers.push(layer);
-            }
-            let kind = t.text(r, "kind").unwrap_or("?").to_string();
-            if !kinds.contains(&kind) {
-                kinds.push(kind);
-            }
-        }
-        let mut bytes = vec![vec![0.0; kinds.len()]; layers.len()];
-        for r in 0..t.rows() {
-            if in_layers && t.text(r, "layer").is_none() {
-                continue;
-            }
-            let layer = t.text(r, "layer").unwrap_or("-");
-            let kind = t.text(r, "kind").unwrap_or("?");
-            let (Some(l), Some(k)) = (
-                layers.iter().position(|x| x == layer),
-                kinds.iter().position(|x| x == kind),
-            ) else {
-                continue;
-            };
-            bytes[l][k] += t.num(r, "bytes").unwrap_or(0.0);
-        }
-        Some(Tiles {
-            layers,
-            kinds,
-            bytes,
+        let (bars, series, values) = stack(
+            t,
+            &|r| t.text(r, "layer").unwrap_or("-").to_string(),
+            &|r| t.text(r, "kind").unwrap_or("?").to_string(),
+            &|r| !(in_layers && t.text(r, "layer").is_none()),
+            &|r| t.num(r, "bytes").unwrap_or(0.0) / (1 << 20) as f64,
+        );
+        Some(StackedBars {
+            name: "tiles",
+            title: "Bytes per layer by tile kind (tensors outside the layers: see the table)",
+            unit: "MiB",
+            bars,
+            series,
+            values,
+            palette: 0,
         })
     }
 
@@ -329,52 +310,74 @@ impl Data {
         out
     }
 
-    fn runs_chart(&self) -> Option<Runs> {
+    fn runs_chart(&self) -> Option<StackedBars> {
         let f = self.runs.as_ref()?;
-        let mut runs: Vec<String> = Vec::new();
-        let mut stages: Vec<String> = Vec::new();
-        for r in 0..f.rows() {
-            let run = f.text(r, "run_id").unwrap_or("?").to_string();
-            if !runs.contains(&run) {
-                runs.push(run);
-            }
-            let stage = f.text(r, "stage").unwrap_or("?").to_string();
-            if !stages.contains(&stage) {
-                stages.push(stage);
-            }
-        }
-        let mut ms = vec![vec![0.0; stages.len()]; runs.len()];
-        let mut counts = vec![(0usize, 0usize); runs.len()];
-        for r in 0..f.rows() {
-            let (Some(i), Some(s)) = (
-                runs.iter()
-                    .position(|x| Some(x.as_str()) == f.text(r, "run_id")),
-                stages
-                    .iter()
-                    .position(|x| Some(x.as_str()) == f.text(r, "stage")),
-            ) else {
-                continue;
-            };
-            match f.text(r, "status") {
-                Some("miss") => {
-                    ms[i][s] += f.num(r, "duration_ms").unwrap_or(0.0);
-                    counts[i].0 += 1;
-                }
-                Some("hit") => counts[i].1 += 1,
-                _ => {}
-            }
-        }
-        let labels = counts
+        let status = |r: usize| f.text(r, "status");
+        let (runs, series, values) = stack(
+            f,
+            &|r| f.text(r, "run_id").unwrap_or("?").to_string(),
+            &|r| f.text(r, "stage").unwrap_or("?").to_string(),
+            &|r| matches!(status(r), Some("miss" | "hit")),
+            &|r| match status(r) {
+                Some("miss") => f.num(r, "duration_ms").unwrap_or(0.0),
+                _ => 0.0,
+            },
+        );
+        let bars = runs
             .iter()
             .enumerate()
-            .map(|(i, (ran, cached))| format!("#{} ({ran} ran, {cached} cached)", i + 1))
+            .map(|(i, run)| {
+                let of = |want: &str| {
+                    (0..f.rows())
+                        .filter(|&r| {
+                            f.text(r, "run_id") == Some(run.as_str()) && status(r) == Some(want)
+                        })
+                        .count()
+                };
+                format!("#{} ({} ran, {} cached)", i + 1, of("miss"), of("hit"))
+            })
             .collect();
-        Some(Runs {
-            runs: labels,
-            stages,
-            ms,
+        Some(StackedBars {
+            name: "runs",
+            title: "Stage time per import (cached stages take none)",
+            unit: "ms",
+            bars,
+            series,
+            values,
+            palette: 3,
         })
     }
+}
+
+/// Bars and series of a stacked chart from a frame: one bar per distinct `bar(row)`, one series
+/// per distinct `series(row)` (both in first-seen order), summing `value(row)` over the rows
+/// `keep` accepts.
+fn stack(
+    f: &Frame,
+    bar: &dyn Fn(usize) -> String,
+    series: &dyn Fn(usize) -> String,
+    keep: &dyn Fn(usize) -> bool,
+    value: &dyn Fn(usize) -> f64,
+) -> (Vec<String>, Vec<String>, Vec<Vec<f64>>) {
+    let (mut bars, mut names) = (Vec::<String>::new(), Vec::<String>::new());
+    let mut cells: Vec<(usize, usize, f64)> = Vec::new();
+    for r in (0..f.rows()).filter(|&r| keep(r)) {
+        let (b, s) = (bar(r), series(r));
+        let bi = bars.iter().position(|x| *x == b).unwrap_or_else(|| {
+            bars.push(b);
+            bars.len() - 1
+        });
+        let si = names.iter().position(|x| *x == s).unwrap_or_else(|| {
+            names.push(s);
+            names.len() - 1
+        });
+        cells.push((bi, si, value(r)));
+    }
+    let mut values = vec![vec![0.0; names.len()]; bars.len()];
+    for (b, s, v) in cells {
+        values[b][s] += v;
+    }
+    (bars, names, values)
 }
 
 fn svg_block(chart: &impl Chart) -> Result<String> {

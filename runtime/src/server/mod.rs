@@ -653,6 +653,27 @@ fn model_object(r: &Ready) -> Value {
     })
 }
 
+impl Server {
+    /// The loaded model when the request may see it and names it as `id`: the API key checked,
+    /// 503 while loading, 404 for another id.
+    fn serving(&self, headers: &HeaderMap, id: &str) -> Result<Arc<Ready>, ApiError> {
+        self.authorize(headers)?;
+        let r = self.current()?;
+        if id != r.id {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!(
+                    "the model '{id}' does not exist here; this server serves '{}'",
+                    r.id
+                ),
+            )
+            .with_code("model_not_found"));
+        }
+        Ok(r)
+    }
+}
+
 async fn models(State(s): State<Arc<Server>>, headers: HeaderMap) -> Result<Response, ApiError> {
     s.authorize(&headers)?;
     let r = s.current()?;
@@ -664,19 +685,7 @@ async fn model(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    s.authorize(&headers)?;
-    let r = s.current()?;
-    if id != r.id {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!(
-                "the model '{id}' does not exist here; this server serves '{}'",
-                r.id
-            ),
-        )
-        .with_code("model_not_found"));
-    }
+    let r = s.serving(&headers, &id)?;
     Ok(axum::Json(model_object(&r)).into_response())
 }
 
@@ -686,19 +695,7 @@ async fn report(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    s.authorize(&headers)?;
-    let r = s.current()?;
-    if id != r.id {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!(
-                "the model '{id}' does not exist here; this server serves '{}'",
-                r.id
-            ),
-        )
-        .with_code("model_not_found"));
-    }
+    s.serving(&headers, &id)?;
     let Some(source) = s.opts.report.clone() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
