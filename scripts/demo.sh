@@ -5,7 +5,8 @@
 #      calibrated requantization);
 #   3. import it from the mirror through every stage (fetch, semantics, detect, dequant,
 #      verify against the GGUF, repack);
-#   4. complete "What is the capital of France?" greedily on the host CPU.
+#   4. write the pack's verification report (one HTML file; the path is printed);
+#   5. complete "What is the capital of France?" greedily on the host CPU.
 # Run it twice: the second import is served from the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,8 +32,8 @@ if [ ! -f "$mirror/$repo/model.q4nx" ]; then
     --calibrate tests/fixtures/text/calibration.txt
   done_step
 fi
-step "importing $repo from the mirror through every stage (cached after the first run)"
-"$bin" run --repo "$repo" --endpoint "$mirror" --reference "$gguf"
+step "importing $repo from the mirror through every stage (cached after the first run), with its verification report"
+"$bin" run --repo "$repo" --endpoint "$mirror" --reference "$gguf" --report
 done_step
 step "completing \"What is the capital of France?\" greedily on the CPU"
 "$bin" generate --repo "$repo" --endpoint "$mirror" --reference "$gguf" \
