@@ -77,6 +77,11 @@ pub fn table(f: &Frame, id: &str, row_class: &dyn Fn(usize) -> String) -> String
     s
 }
 
+/// A long table in a box that scrolls (the header row stays in view).
+pub fn scroll(table: &str) -> String {
+    format!("<div class=\"scroll\">{table}</div>")
+}
+
 /// A collapsible block with the query behind a section.
 pub fn query(sql: &str) -> String {
     format!(

@@ -112,17 +112,15 @@ fn agreement(d: &Data, s: &mut String) -> Result<()> {
                 .count();
             let _ = write!(
                 s,
-                "<p>{} comparisons: <b>{fails} failing</b>, {repaired} repaired, listed first (red, then purple); then flagged, then the rest by correlation. Filter: <input id=\"filter\" placeholder=\"tensor, verdict, reading\"></p>",
+                "<p>{} comparisons: <b>{fails} failing</b>, {repaired} repaired, listed first (red, then purple); then flagged, then the rest by correlation. Filter rows by any text (tensor, verdict, reading): <input id=\"filter\" aria-label=\"filter the agreement table\"></p>",
                 a.rows()
             );
             if let Some(c) = d.agreement_chart() {
                 s.push_str(&svg_block(&c)?);
             }
-            s.push_str("<div class=\"scroll\">");
-            s.push_str(&html::table(a, "agreement", &|r| {
+            s.push_str(&html::scroll(&html::table(a, "agreement", &|r| {
                 Data::agreement_class(a, r).to_string()
-            }));
-            s.push_str("</div>");
+            })));
         }
         None => s.push_str(&absent(
             "verification",
@@ -140,9 +138,9 @@ fn tiles(d: &Data, s: &mut String) -> Result<()> {
         s.push_str(&svg_block(&c)?);
     }
     if let Some(t) = &d.tiles {
-        s.push_str("<div class=\"scroll\">");
-        s.push_str(&html::table(t, "tile-kinds", &|_| String::new()));
-        s.push_str("</div>");
+        s.push_str(&html::scroll(&html::table(t, "tile-kinds", &|_| {
+            String::new()
+        })));
     }
     s.push_str(&queries_of(d, "Tiles"));
     Ok(())
@@ -226,15 +224,13 @@ fn runs(d: &Data, s: &mut String) -> Result<()> {
         s.push_str(&svg_block(&c)?);
     }
     if let Some(f) = &d.runs {
-        s.push_str("<div class=\"scroll\">");
-        s.push_str(&html::table(f, "run-table", &|r| {
+        s.push_str(&html::scroll(&html::table(f, "run-table", &|r| {
             if f.text(r, "status") == Some("miss") {
                 String::new()
             } else {
                 "skipped".into()
             }
-        }));
-        s.push_str("</div>");
+        })));
     }
     s.push_str(&queries_of(d, "Runs"));
     Ok(())
