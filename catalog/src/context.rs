@@ -22,7 +22,8 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Reads the store's tables and registers them, with `tensor_values`. `current` maps stage
+    /// Reads the store's tables and registers them, with `tensor_values` (a shared store's are
+    /// read from object storage as queries run, [`crate::shared`]). `current` maps stage
     /// names to this build's versions (for `packs.needs_run`).
     pub fn open(store: &Store, current: &BTreeMap<String, u32>) -> Result<Catalog> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -35,6 +36,15 @@ impl Catalog {
                 source,
             })?;
         let ctx = SessionContext::new();
+        if let Some(sh) = store.shared() {
+            let tables = crate::shared::register(&ctx, &runtime, store, sh, current)?;
+            ctx.register_udtf("tensor_values", Arc::new(TensorValues::new(store.clone())));
+            return Ok(Catalog {
+                ctx,
+                runtime,
+                tables,
+            });
+        }
         let mut all: BTreeMap<String, Table> = stage_tables(store)?;
         all.insert("runs".into(), runs_table(store)?);
         all.insert("cache".into(), cache_table(store)?);

@@ -9,6 +9,7 @@ pub mod context;
 pub mod error;
 pub mod format;
 pub mod report;
+pub mod shared;
 pub mod tables;
 pub mod tensor_values;
 

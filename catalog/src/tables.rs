@@ -84,6 +84,22 @@ fn with_columns(batch: &RecordBatch, front: &[(&str, DataType, ArrayRef)]) -> Re
         .map_err(|e| Error::Execution(e.to_string()))
 }
 
+/// The packs whose refs name each key (hex).
+pub(crate) fn packs_by_key(
+    refs: &[onebit_pipeline::refs::RefRecord],
+) -> BTreeMap<String, BTreeSet<String>> {
+    let mut by_key: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in refs {
+        for s in &r.stages {
+            by_key
+                .entry(s.key.to_hex())
+                .or_default()
+                .insert(r.name.clone());
+        }
+    }
+    by_key
+}
+
 fn str_col(v: &str, n: usize) -> ArrayRef {
     Arc::new(StringArray::from(vec![v; n]))
 }
@@ -229,32 +245,57 @@ pub fn runs_table(store: &Store) -> Result<Table> {
 
 /// The `cache` table: one row per store entry, whether a pack references it.
 pub fn cache_table(store: &Store) -> Result<Table> {
-    let refs = list_refs(store)?;
-    let mut by_key: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for r in &refs {
-        for s in &r.stages {
-            by_key
-                .entry(s.key.to_hex())
-                .or_default()
-                .insert(r.name.clone());
-        }
-    }
-    let entries = store.entries()?;
+    let by_key = packs_by_key(&list_refs(store)?);
+    let rows = store
+        .entries()?
+        .into_iter()
+        .map(|e| CacheRow {
+            key: e.key.to_hex(),
+            stage: e.manifest.as_ref().map(|m| m.stage.clone()),
+            version: e.manifest.as_ref().map(|m| m.version),
+            created_unix_ms: e.manifest.as_ref().map(|m| m.created_unix_ms),
+            bytes: e.bytes,
+            files: e.files,
+        })
+        .collect();
+    cache_rows(rows, &by_key)
+}
+
+/// One store entry as the `cache` table shows it.
+pub(crate) struct CacheRow {
+    /// Its key (hex).
+    pub key: String,
+    /// The stage that wrote it, if its manifest is readable.
+    pub stage: Option<String>,
+    /// That stage's version.
+    pub version: Option<u32>,
+    /// When it was published.
+    pub created_unix_ms: Option<u64>,
+    /// Bytes stored.
+    pub bytes: u64,
+    /// Files stored.
+    pub files: u64,
+}
+
+/// The `cache` table from its rows; `by_key` names the packs referencing each key.
+pub(crate) fn cache_rows(
+    rows: Vec<CacheRow>,
+    by_key: &BTreeMap<String, BTreeSet<String>>,
+) -> Result<Table> {
     let (mut key, mut stage, mut packs) = (Vec::new(), Vec::new(), Vec::new());
     let (mut version, mut bytes, mut files, mut created) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut referenced = Vec::new();
-    for e in &entries {
-        let k = e.key.to_hex();
+    for e in rows {
         let users = by_key
-            .get(&k)
+            .get(&e.key)
             .map(|s| s.iter().cloned().collect::<Vec<_>>().join(","));
         referenced.push(users.is_some());
         packs.push(users);
-        key.push(k);
-        stage.push(e.manifest.as_ref().map(|m| m.stage.clone()));
-        version.push(e.manifest.as_ref().map(|m| m.version));
-        created.push(e.manifest.as_ref().map(|m| m.created_unix_ms));
+        key.push(e.key);
+        stage.push(e.stage);
+        version.push(e.version);
+        created.push(e.created_unix_ms);
         bytes.push(e.bytes);
         files.push(e.files);
     }
@@ -327,7 +368,14 @@ pub fn packs_table(store: &Store, current: &BTreeMap<String, u32>) -> Result<Tab
             // A repaired import's verdict is the repair stage's (the repaired bytes verified again).
             .and_then(|r| r.stage("repair").or_else(|| r.stage("verify")))
             .and_then(|v| {
-                std::fs::read(entry_file(store, &v.key, "verification/verdict.json")).ok()
+                let file = "verification/verdict.json";
+                std::fs::read(entry_file(store, &v.key, file))
+                    .ok()
+                    .or_else(|| {
+                        store
+                            .shared()
+                            .and_then(|sh| sh.entry_file_bytes(&v.key, file).ok().flatten())
+                    })
             })
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
         verified.push(v.as_ref().and_then(|v| v["verified"].as_bool()));

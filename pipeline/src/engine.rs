@@ -75,6 +75,10 @@ impl RunReport {
 pub enum Reason {
     /// The entry is in the store and intact.
     Hit,
+    /// The entry was not cached here; it was fetched from the shared store.
+    Fetched,
+    /// Fetched from the shared store after another machine, holding its lease, published it.
+    FetchedAfterWait,
     /// The entry appeared while this process waited on its lock.
     HitAfterWait,
     /// This ref never ran this stage.
@@ -109,6 +113,13 @@ impl std::fmt::Display for Reason {
         match self {
             Reason::Hit => write!(f, "entry intact in the store"),
             Reason::HitAfterWait => write!(f, "cached by another process while this one waited"),
+            Reason::Fetched => write!(f, "fetched from the shared store"),
+            Reason::FetchedAfterWait => {
+                write!(
+                    f,
+                    "published to the shared store by another machine while this one waited"
+                )
+            }
             Reason::FirstRun => write!(f, "first run"),
             Reason::VersionChanged { old, new } => {
                 write!(f, "stage version changed from {old} to {new}")
@@ -138,6 +149,16 @@ pub fn run_graph(
 ) -> Result<RunReport> {
     let _root = store.lock_root(LockMode::Shared)?;
     let run_id = format!("{:016x}-{:x}", now_ns() as u64, std::process::id());
+    // On a shared store the run is leased, so that a gc elsewhere waits for it (and it for gc).
+    let _run_lease = match store.shared() {
+        Some(sh) => {
+            let purpose = format!("import {}", opts.ref_name.as_deref().unwrap_or("(no ref)"));
+            Some(crate::shared::gc::begin_run(sh, &run_id, &purpose, |b| {
+                tracing::info!(holder = %b.holder, "waiting for a gc of the shared store to finish");
+            })?)
+        }
+        None => None,
+    };
     let started = Instant::now();
     reporter.event(&Event::RunStarted {
         run_id: run_id.clone(),
@@ -252,7 +273,11 @@ pub fn run_graph(
     let hits = events.iter().filter(|e| e.status == Status::Hit).count();
     let misses = events.iter().filter(|e| e.status == Status::Miss).count();
     let records_path = store.runs_dir().join(format!("{run_id}.parquet"));
-    let records_result = write_records(&records_path, &events);
+    let records_result =
+        write_records(&records_path, &events).and_then(|()| match store.shared() {
+            Some(sh) => sh.write_run(&run_id, &records_path),
+            None => Ok(()),
+        });
     reporter.event(&Event::RunFinished {
         run_id: run_id.clone(),
         hits,
@@ -392,7 +417,13 @@ fn execute(
         error: None,
     };
 
+    let shared = store.shared();
     if let Freshness::Fresh(m) = store.check(&key, opts.deep_check)? {
+        let m = match shared {
+            // Cached here before it was shared: publish it, so that refs never name absent keys.
+            Some(sh) if !sh.has(&key)? => sh.push(store, m)?,
+            _ => m,
+        };
         let ev = event(Status::Hit, &Reason::Hit, &m);
         return Ok(NodeDone {
             manifest: m,
@@ -421,6 +452,51 @@ fn execute(
             Reason::Tampered { file, why }
         }
         Freshness::Missing => miss_reason(stage, &params, &digests, &key, prev),
+    };
+    let _lease = match shared {
+        Some(sh) => {
+            if let Some(m) = sh.pull(store, &key)? {
+                let ev = event(Status::Hit, &Reason::Fetched, &m);
+                return Ok(NodeDone {
+                    manifest: m,
+                    event: ev,
+                });
+            }
+            let purpose = format!("stage {}", stage.name());
+            let on_wait = |b: &crate::shared::lease::LeaseBody| {
+                tracing::info!(stage = stage.name(), key = %key.short(), holder = %b.holder, "waiting for another machine running this stage");
+                reporter.event(&Event::StageWaiting {
+                    stage: stage.name().to_string(),
+                    key: key.to_hex(),
+                });
+            };
+            match crate::shared::lease::acquire(sh, &key.to_hex(), &purpose, on_wait, || {
+                sh.has(&key)
+            })? {
+                crate::shared::lease::Acquired::Held(l) => {
+                    // Published between the pull and the lease: fetch it rather than recompute.
+                    if let Some(m) = sh.pull(store, &key)? {
+                        let ev = event(Status::Hit, &Reason::FetchedAfterWait, &m);
+                        return Ok(NodeDone {
+                            manifest: m,
+                            event: ev,
+                        });
+                    }
+                    Some(l)
+                }
+                crate::shared::lease::Acquired::Done => {
+                    let m = sh.pull(store, &key)?.ok_or_else(|| {
+                        Error::Internal(format!("entry {} published, then gone", key.short()))
+                    })?;
+                    let ev = event(Status::Hit, &Reason::FetchedAfterWait, &m);
+                    return Ok(NodeDone {
+                        manifest: m,
+                        event: ev,
+                    });
+                }
+            }
+        }
+        None => None,
     };
     reporter.event(&Event::StageStarted {
         stage: stage.name().to_string(),
@@ -482,6 +558,10 @@ fn execute(
         duration_ms: body.elapsed().as_secs_f64() * 1e3,
     };
     let manifest = store.publish(staging, manifest, &outputs)?;
+    let manifest = match shared {
+        Some(sh) => sh.push(store, manifest)?,
+        None => manifest,
+    };
     let ev = event(Status::Miss, &reason, &manifest);
     Ok(NodeDone {
         manifest,

@@ -96,6 +96,52 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A request to the shared store failed; the object and the server's answer say why.
+    #[error("shared store {url}: {op} {location}: {reason}")]
+    Shared {
+        /// The store's URL.
+        url: String,
+        /// What was being done ("get", "put (create if absent)", ...).
+        op: &'static str,
+        /// The object.
+        location: String,
+        /// The client's or server's explanation.
+        reason: String,
+    },
+    /// The shared store's URL or settings are unusable.
+    #[error("shared store {url}: {reason}")]
+    SharedConfig {
+        /// The URL as given.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A published entry does not match its manifest; nothing of it was kept locally.
+    #[error("shared store {url}: entry {key}: {file}: {why}; not used")]
+    SharedCorrupt {
+        /// The store's URL.
+        url: String,
+        /// The entry's key (hex).
+        key: String,
+        /// The file (relative to the entry's `out/`) or artifact.
+        file: String,
+        /// How it disagrees.
+        why: String,
+    },
+    /// Another process holds the shared store for work that excludes this one.
+    #[error(
+        "shared store {url}: {holder} is running {purpose} (lease until {expires_unix_ms} ms since the epoch, renewed while it lives); try again when it has finished"
+    )]
+    SharedBusy {
+        /// The store's URL.
+        url: String,
+        /// `host:pid` of the holder.
+        holder: String,
+        /// What it is doing.
+        purpose: String,
+        /// When its lease lapses unless renewed.
+        expires_unix_ms: u64,
+    },
     /// A bug in the engine itself; please report it.
     #[error("internal error in the pipeline engine (a bug, please report it): {0}")]
     Internal(String),

@@ -27,6 +27,7 @@ pub mod maintenance;
 pub mod progress;
 pub mod record;
 pub mod refs;
+pub mod shared;
 pub mod stage;
 pub mod store;
 

@@ -104,6 +104,16 @@ pub fn status(
                     Some(a) => StageState::StaleAncestor { ancestor: a },
                     None => match store.check(&s.key, deep)? {
                         Freshness::Fresh(_) => StageState::Fresh,
+                        // Not cached here but published: a run fetches it, as a hit.
+                        Freshness::Missing
+                            if store
+                                .shared()
+                                .map(|sh| sh.has(&s.key))
+                                .transpose()?
+                                .unwrap_or(false) =>
+                        {
+                            StageState::Fresh
+                        }
                         Freshness::Missing => StageState::Missing,
                         Freshness::Tampered { file, why } => StageState::Tampered { file, why },
                     },
@@ -146,17 +156,30 @@ pub struct GcReport {
     pub files_removed: u64,
     /// Bytes freed.
     pub bytes_freed: u64,
+    /// What was removed from the shared store, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared: Option<crate::shared::gc::SharedGcReport>,
 }
 
 /// Removes every entry no ref references, and every staging leftover of crashed runs. Waits for
 /// running pipelines to finish (it takes the store lock exclusively). `dry_run` only counts.
+///
+/// With a shared store, its gc runs first ([`crate::shared::gc::gc`]: refused while an import
+/// runs anywhere), then the local cache keeps what the shared refs reference.
 pub fn gc(store: &Store, dry_run: bool) -> Result<GcReport> {
+    let shared = match store.shared() {
+        Some(sh) => Some(crate::shared::gc::gc(sh, dry_run)?),
+        None => None,
+    };
     let _root = store.lock_root(LockMode::Exclusive)?;
     let referenced: BTreeSet<Digest> = list_refs(store)?
         .iter()
         .flat_map(|r| r.stages.iter().map(|s| s.key))
         .collect();
-    let mut report = GcReport::default();
+    let mut report = GcReport {
+        shared,
+        ..GcReport::default()
+    };
     for e in store.entries()? {
         if referenced.contains(&e.key) {
             report.entries_kept += 1;

@@ -51,7 +51,8 @@ impl RefRecord {
     }
 }
 
-fn ref_path(store: &Store, name: &str) -> PathBuf {
+/// The file name of ref `name`: readable, and unique by a digest of the exact name.
+fn ref_file_name(name: &str) -> String {
     let safe: String = name
         .chars()
         .map(|c| {
@@ -63,11 +64,18 @@ fn ref_path(store: &Store, name: &str) -> PathBuf {
         })
         .collect();
     let tag = Digest::of_bytes(name.as_bytes()).short();
-    store.refs_dir().join(format!("{safe}.{tag}.json"))
+    format!("{safe}.{tag}.json")
 }
 
-/// Reads the ref `name`, if it exists.
+fn ref_path(store: &Store, name: &str) -> PathBuf {
+    store.refs_dir().join(ref_file_name(name))
+}
+
+/// Reads the ref `name`, if it exists (from the shared store, if there is one).
 pub fn read_ref(store: &Store, name: &str) -> Result<Option<RefRecord>> {
+    if let Some(shared) = store.shared() {
+        return shared.read_ref(&ref_file_name(name));
+    }
     let path = ref_path(store, name);
     match fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
@@ -81,15 +89,22 @@ pub fn read_ref(store: &Store, name: &str) -> Result<Option<RefRecord>> {
     }
 }
 
-/// Writes a ref atomically.
+/// Writes a ref atomically (locally, and to the shared store if there is one).
 pub fn write_ref(store: &Store, record: &RefRecord) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(record)
         .map_err(|e| Error::Internal(format!("ref serialization: {e}")))?;
-    write_atomic(&ref_path(store, &record.name), &bytes)
+    write_atomic(&ref_path(store, &record.name), &bytes)?;
+    if let Some(shared) = store.shared() {
+        shared.write_ref(&ref_file_name(&record.name), bytes)?;
+    }
+    Ok(())
 }
 
-/// Every ref in the store, sorted by name.
+/// Every ref in the store (the shared one's, if there is one), sorted by name.
 pub fn list_refs(store: &Store) -> Result<Vec<RefRecord>> {
+    if let Some(shared) = store.shared() {
+        return shared.list_refs();
+    }
     let dir = store.refs_dir();
     let mut out = Vec::new();
     for e in fs::read_dir(&dir).at("list", &dir)? {

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,7 @@ use serde_json::Value;
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
 use crate::lock::{FileLock, LockMode};
+use crate::shared::SharedStore;
 
 /// The name of the store's format directory under `$ONEBIT_HOME`.
 pub const STORE_FORMAT_DIR: &str = "store-v1";
@@ -149,10 +151,12 @@ pub struct EntryInfo {
     pub files: u64,
 }
 
-/// The content-addressed store.
+/// The content-addressed store: local, or a shared store on object storage with the local one
+/// in front as its read-through cache.
 #[derive(Clone, Debug)]
 pub struct Store {
     root: PathBuf,
+    shared: Option<Arc<SharedStore>>,
 }
 
 impl Store {
@@ -177,7 +181,29 @@ impl Store {
             let d = root.join(sub);
             fs::create_dir_all(&d).at("create", &d)?;
         }
-        Ok(Store { root })
+        Ok(Store { root, shared: None })
+    }
+
+    /// Opens the shared store at `url` (`s3://bucket/prefix`) with the local store under `home`
+    /// as its cache. Access is checked first: wrong credentials fail before anything is written.
+    pub fn open_shared(home: &Path, url: &str) -> Result<Store> {
+        let shared = SharedStore::open(url)?;
+        let mut store = Store::open(home)?;
+        store.shared = Some(Arc::new(shared));
+        Ok(store)
+    }
+
+    /// Opens the store `url` names: a shared one for `s3://…`, else the local one under `home`.
+    pub fn open_url(home: &Path, url: Option<&str>) -> Result<Store> {
+        match url.filter(|u| !u.is_empty()) {
+            Some(u) => Store::open_shared(home, u),
+            None => Store::open(home),
+        }
+    }
+
+    /// The shared store this local store caches, if any.
+    pub fn shared(&self) -> Option<&Arc<SharedStore>> {
+        self.shared.as_ref()
     }
 
     /// The store's format directory.

@@ -22,6 +22,17 @@ pub fn exec(g: &Global, a: GcArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         let verb = if a.dry_run { "would remove" } else { "removed" };
+        if let (Some(sh), Some(url)) = (&r.shared, store.shared().map(|s| s.url())) {
+            println!(
+                "{url}: {verb} {} entries and {} unnamed uploads ({} objects, {} bytes), {} lapsed leases; kept {} entries",
+                sh.entries_removed,
+                sh.uploads_removed,
+                sh.objects_removed,
+                sh.bytes_freed,
+                sh.leases_removed,
+                sh.entries_kept
+            );
+        }
         println!(
             "{verb} {} entries ({} files, {} bytes); kept {} referenced entries",
             r.entries_removed, r.files_removed, r.bytes_freed, r.entries_kept

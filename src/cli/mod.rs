@@ -62,6 +62,10 @@ pub struct Global {
     /// Store and cache root [default: $ONEBIT_HOME, else ~/.cache/onebit-pipe].
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
+    /// A shared store on S3-compatible object storage (`s3://bucket/prefix`), with the local store
+    /// under --home as its cache; credentials as the AWS SDKs read them (docs/objstore.md).
+    #[arg(long, global = true, env = "ONEBIT_STORE", value_name = "URL")]
+    pub store: Option<String>,
     /// No progress output.
     #[arg(long, short, global = true)]
     pub quiet: bool,
@@ -77,13 +81,17 @@ pub struct Global {
 }
 
 impl Global {
-    /// The store under `--home` or the default home.
+    /// The store: the shared one `--store` names, cached under `--home` (or the default home),
+    /// else the local one there.
     pub fn store(&self) -> anyhow::Result<onebit_pipeline::Store> {
         let home = self
             .home
             .clone()
             .unwrap_or_else(onebit_pipeline::Store::default_home);
-        Ok(onebit_pipeline::Store::open(&home)?)
+        Ok(onebit_pipeline::Store::open_url(
+            &home,
+            self.store.as_deref(),
+        )?)
     }
 }
 
