@@ -1,0 +1,360 @@
+//! The shared store against a real S3-compatible server (`s3s-fs` on 127.0.0.1): a second machine
+//! fetches every stage instead of computing it, `sql` on a third sees the pack, two importers at
+//! once publish each entry once, an importer killed mid-upload leaves no entry and its lease
+//! lapses, a server restarted mid-import does not fail the import, wrong credentials write
+//! nothing, and pyarrow reads the layout as it is.
+
+mod s3_server;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use s3_server::{BUCKET, Proxy, S3Server, SECRET_KEY, aws_env, manifest_keys};
+use serde_json::Value;
+
+const STORE: &str = "s3://team/shared";
+const PREFIX: &str = "shared/store-v1";
+
+fn fixture(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/q4nx")
+        .join(case)
+}
+
+fn cmd(home: &Path, endpoint: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"));
+    aws_env(&mut c, endpoint, SECRET_KEY);
+    c.env("ONEBIT_HOME", home)
+        .env("ONEBIT_STORE", STORE)
+        .env("ONEBIT_LEASE_TTL_S", "2")
+        .args(args);
+    c
+}
+
+fn run(home: &Path, endpoint: &str, args: &[&str]) -> Output {
+    cmd(home, endpoint, args)
+        .output()
+        .expect("spawn onebit-pipe")
+}
+
+fn ok(out: &Output, what: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `(stage, status, reason, key)` of every finished stage in `--json` output.
+fn stages(out: &Output) -> Vec<(String, String, String, String)> {
+    let mut v: Vec<_> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["event"] == "stage_finished")
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("stage"), s("status"), s("reason"), s("key"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn import(home: &Path, endpoint: &str) -> Output {
+    let p = fixture("llama-q41");
+    run(
+        home,
+        endpoint,
+        &["--json", "run", "--path", p.to_str().expect("utf8")],
+    )
+}
+
+fn sql_json(home: &Path, endpoint: &str, q: &str) -> Vec<Value> {
+    let out = run(home, endpoint, &["sql", "--format", "json", q]);
+    ok(&out, q);
+    let text = String::from_utf8_lossy(&out.stdout);
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Array(rows)) => rows,
+        _ => text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect(),
+    }
+}
+
+#[test]
+fn a_second_machine_fetches_every_stage_and_a_third_queries_the_shared_catalog() {
+    let server = S3Server::start();
+    let (a, b, c) = (
+        tempfile::tempdir(),
+        tempfile::tempdir(),
+        tempfile::tempdir(),
+    );
+    let (a, b, c) = (a.expect("tmp"), b.expect("tmp"), c.expect("tmp"));
+    let ep = server.endpoint();
+    let first = import(a.path(), &ep);
+    ok(&first, "first import");
+    let first = stages(&first);
+    assert_eq!(first.len(), 6);
+    assert!(first.iter().all(|s| s.1 == "miss"), "{first:?}");
+    assert_eq!(manifest_keys(&server, PREFIX).len(), 6);
+
+    let second = import(b.path(), &ep);
+    ok(&second, "import on a second machine");
+    let second = stages(&second);
+    for (x, y) in first.iter().zip(&second) {
+        assert_eq!((&x.0, &x.3), (&y.0, &y.3), "same stage, same key");
+        assert_eq!(y.1, "hit");
+        assert_eq!(y.2, "fetched from the shared store");
+    }
+    // The fetched entries are whole: a deep status re-hashes every file.
+    let st = run(b.path(), &ep, &["--json", "status", "--deep"]);
+    ok(&st, "status --deep");
+    assert!(!String::from_utf8_lossy(&st.stdout).contains("tampered"));
+
+    // A third machine with an empty cache: the catalog is read from the bucket.
+    let rows = sql_json(
+        c.path(),
+        &ep,
+        "SELECT pack, count(*) AS n FROM tensors GROUP BY pack",
+    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["pack"], "local/llama-q41");
+    assert_eq!(rows[0]["n"], 21);
+    let rows = sql_json(
+        c.path(),
+        &ep,
+        "SELECT status, count(*) AS n FROM runs GROUP BY status ORDER BY status",
+    );
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(
+        (rows[0]["status"].clone(), rows[0]["n"].clone()),
+        ("hit".into(), 6.into())
+    );
+    assert_eq!(
+        (rows[1]["status"].clone(), rows[1]["n"].clone()),
+        ("miss".into(), 6.into())
+    );
+    let rows = sql_json(
+        c.path(),
+        &ep,
+        "SELECT count(*) AS n FROM cache WHERE referenced",
+    );
+    assert_eq!(rows[0]["n"], 6);
+    let rows = sql_json(c.path(), &ep, "SELECT needs_run FROM packs");
+    assert_eq!(rows[0]["needs_run"], false);
+    assert!(
+        !c.path().join("store-v1/entries").exists()
+            || std::fs::read_dir(c.path().join("store-v1/entries"))
+                .expect("list")
+                .next()
+                .is_none(),
+        "sql fetched no entry into the cache"
+    );
+}
+
+#[test]
+fn wrong_credentials_fail_clearly_and_write_nothing() {
+    let server = S3Server::start();
+    let home = tempfile::tempdir().expect("tmp");
+    let before = server.objects("");
+    let p = fixture("llama-q41");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"));
+    aws_env(&mut c, &server.endpoint(), "not-the-secret");
+    let out = c
+        .env("ONEBIT_HOME", home.path().join("h"))
+        .args(["--store", STORE, "run", "--path", p.to_str().expect("utf8")])
+        .output()
+        .expect("spawn");
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("shared store s3://team/shared")
+            && err.contains("refused the credentials")
+            && err.contains("secret key <- AWS_SECRET_ACCESS_KEY"),
+        "{err}"
+    );
+    assert!(!home.path().join("h").exists(), "nothing written locally");
+    assert_eq!(server.objects(""), before, "nothing written to the server");
+}
+
+#[test]
+fn two_importers_at_once_publish_each_entry_once_and_agree() {
+    let server = S3Server::start();
+    let ep = server.endpoint();
+    let homes: Vec<_> = (0..2).map(|_| tempfile::tempdir().expect("tmp")).collect();
+    let p = fixture("llama-q41");
+    let children: Vec<_> = homes
+        .iter()
+        .map(|h| {
+            cmd(
+                h.path(),
+                &ep,
+                &["--json", "run", "--path", p.to_str().expect("utf8")],
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+        })
+        .collect();
+    let outs: Vec<Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait"))
+        .collect();
+    for o in &outs {
+        ok(o, "concurrent import");
+    }
+    let (x, y) = (stages(&outs[0]), stages(&outs[1]));
+    for (s, t) in x.iter().zip(&y) {
+        assert_eq!((&s.0, &s.3), (&t.0, &t.3), "both name the same key");
+    }
+    let mut keys = manifest_keys(&server, PREFIX);
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 6, "one manifest per stage key");
+    // Each stage body ran at most once per machine, and the store ends whole: a third machine
+    // fetches all six and re-hashes them.
+    let c = tempfile::tempdir().expect("tmp");
+    let third = import(c.path(), &ep);
+    ok(&third, "third import");
+    assert!(stages(&third).iter().all(|s| s.1 == "hit"));
+    ok(
+        &run(c.path(), &ep, &["status", "--deep"]),
+        "status --deep on the third machine",
+    );
+}
+
+#[test]
+fn an_importer_killed_mid_upload_leaves_no_entry_and_its_lease_lapses() {
+    let server = S3Server::start();
+    let proxy = Proxy::start(server.port);
+    proxy.arm();
+    let a = tempfile::tempdir().expect("tmp");
+    let p = fixture("llama-q41");
+    let mut child = cmd(
+        a.path(),
+        &proxy.endpoint(),
+        &["--json", "run", "--path", p.to_str().expect("utf8")],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn");
+    proxy.wait_stalled(Duration::from_secs(60));
+    child.kill().expect("kill");
+    let _ = child.wait();
+    proxy.release();
+    // Files of an upload are there, its manifest is not.
+    let uploads = server.objects(&format!("{PREFIX}/entries"));
+    let manifests = manifest_keys(&server, PREFIX);
+    assert!(
+        uploads
+            .iter()
+            .any(|o| o.contains("/out/") && !manifests.iter().any(|k| o.contains(k.as_str()))),
+        "an upload without a manifest: {uploads:?}"
+    );
+
+    let b = tempfile::tempdir().expect("tmp");
+    let out = import(b.path(), &server.endpoint());
+    ok(&out, "import after the kill");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lease lapsed"), "{err}");
+    assert_eq!(manifest_keys(&server, PREFIX).len(), 6);
+
+    // Its run lease lapses too (renewed until the kill, like the stage lease B waited out).
+    std::thread::sleep(Duration::from_millis(2500));
+    let gc = run(b.path(), &server.endpoint(), &["--json", "gc"]);
+    ok(&gc, "gc");
+    let report: Value = serde_json::from_slice(&gc.stdout).expect("gc json");
+    assert!(
+        report["shared"]["uploads_removed"].as_u64() >= Some(1),
+        "{report}"
+    );
+    assert_eq!(report["shared"]["entries_kept"], 6);
+    // What gc left is whole.
+    let c = tempfile::tempdir().expect("tmp");
+    let third = import(c.path(), &server.endpoint());
+    ok(&third, "import after gc");
+    assert!(stages(&third).iter().all(|s| s.1 == "hit"));
+}
+
+#[test]
+fn a_server_restarted_mid_import_does_not_fail_the_import() {
+    let mut server = S3Server::start();
+    let proxy = Proxy::start(server.port);
+    proxy.arm();
+    let a = tempfile::tempdir().expect("tmp");
+    let p = fixture("llama-q41");
+    let child = cmd(
+        a.path(),
+        &proxy.endpoint(),
+        &["--json", "run", "--path", p.to_str().expect("utf8")],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn");
+    proxy.wait_stalled(Duration::from_secs(60));
+    server.restart();
+    proxy.release();
+    let out = child.wait_with_output().expect("wait");
+    ok(&out, "import across the restart");
+    assert_eq!(stages(&out).len(), 6);
+    assert_eq!(manifest_keys(&server, PREFIX).len(), 6);
+    let c = tempfile::tempdir().expect("tmp");
+    let again = import(c.path(), &server.endpoint());
+    ok(&again, "import after the restart");
+    assert!(stages(&again).iter().all(|s| s.1 == "hit"));
+}
+
+#[test]
+fn gc_on_a_shared_store_refuses_while_an_import_runs() {
+    let server = S3Server::start();
+    let proxy = Proxy::start(server.port);
+    let a = tempfile::tempdir().expect("tmp");
+    ok(&import(a.path(), &server.endpoint()), "first import");
+    // A second pack's import, held at its first publication.
+    proxy.arm();
+    let p = fixture("llama-q40");
+    let mut child = cmd(
+        a.path(),
+        &proxy.endpoint(),
+        &["--json", "run", "--path", p.to_str().expect("utf8")],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn");
+    proxy.wait_stalled(Duration::from_secs(60));
+    let b = tempfile::tempdir().expect("tmp");
+    let gc = run(b.path(), &server.endpoint(), &["gc"]);
+    assert_ne!(gc.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&gc.stderr);
+    assert!(err.contains("is running import local/llama-q40"), "{err}");
+    child.kill().expect("kill");
+    let _ = child.wait();
+    proxy.release();
+}
+
+#[test]
+fn pyarrow_reads_the_shared_layout_as_it_is() {
+    let server = S3Server::start();
+    let a = tempfile::tempdir().expect("tmp");
+    ok(&import(a.path(), &server.endpoint()), "import");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/objstore_pyarrow.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["--endpoint", &server.endpoint(), "--bucket", BUCKET])
+        .args(["--root", PREFIX, "--access-key", s3_server::ACCESS_KEY])
+        .args(["--secret-key", SECRET_KEY])
+        .output()
+        .expect("python3");
+    ok(&out, "pyarrow over the bucket");
+    let got: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(got["packs"], serde_json::json!(["local/llama-q41"]));
+    assert_eq!(got["run_rows"], 6);
+    assert_eq!(got["tensor_rows"], 21);
+}
