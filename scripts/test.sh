@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what the cross-checks against independent implementations need
-# (gguf-py and the openai client from PyPI, the real Gemma 3 270M GGUF into the user cache), then runs every test,
+# (gguf-py, pyarrow and the openai client from PyPI, s3s-fs from crates.io, the real Gemma 3 270M GGUF into the user cache), then runs every test,
 # including the ones marked #[ignore] for needing them, and ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,10 @@ if ! command -v chromium >/dev/null && [ -z "${ONEBIT_CHROMIUM:-}" ] &&
   { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >&2 ||
     { apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >&2; }; } ||
     echo "note: chromium not installed: the report's browser test will fail" >&2
+fi
+# s3s-fs (crates.io): the S3-compatible server the shared-store tests start on 127.0.0.1.
+if ! command -v s3s-fs >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s-fs" ]; then
+  cargo install -q s3s-fs --version 0.14.1 --features binary --locked >&2
 fi
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF

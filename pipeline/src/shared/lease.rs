@@ -199,11 +199,8 @@ impl Lease {
             .name("onebit-lease".into())
             .spawn(move || {
                 let mut etag = etag;
-                loop {
-                    match rx.recv_timeout(every) {
-                        Err(mpsc::RecvTimeoutError::Timeout) => {}
-                        _ => break,
-                    }
+                // A stop message or a dropped sender (the lease released) ends the renewals.
+                while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
                     let Some(tag) = etag.clone() else {
                         tracing::warn!(lease = %l, "no e-tag to renew the lease with");
                         break;
