@@ -145,6 +145,16 @@ fn a_second_machine_fetches_every_stage_and_a_third_queries_the_shared_catalog()
     assert_eq!(rows[0]["n"], 6);
     let rows = sql_json(c.path(), &ep, "SELECT needs_run FROM packs");
     assert_eq!(rows[0]["needs_run"], false);
+    let rows = sql_json(
+        c.path(),
+        &ep,
+        "SELECT count(DISTINCT import_key) AS imports, bool_and(current) AS current \
+         FROM verification_history",
+    );
+    assert_eq!(
+        (rows[0]["imports"].clone(), rows[0]["current"].clone()),
+        (1.into(), true.into())
+    );
     assert!(
         !c.path().join("store-v1/entries").exists()
             || std::fs::read_dir(c.path().join("store-v1/entries"))
@@ -152,6 +162,24 @@ fn a_second_machine_fetches_every_stage_and_a_third_queries_the_shared_catalog()
                 .next()
                 .is_none(),
         "sql fetched no entry into the cache"
+    );
+    // The report reads the same tables (and fetches the detect entry to decode values).
+    let page = c.path().join("report.html");
+    let out = run(
+        c.path(),
+        &ep,
+        &[
+            "report",
+            "--pack",
+            "local/llama-q41",
+            "--out",
+            page.to_str().expect("utf8"),
+        ],
+    );
+    ok(&out, "report from the shared catalog");
+    let html = std::fs::read_to_string(&page).expect("report written");
+    assert!(
+        html.contains("local/llama-q41") && html.contains("model.layers.0.mlp.down_proj.weight")
     );
 }
 

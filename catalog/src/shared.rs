@@ -2,8 +2,9 @@
 //! registered with DataFusion's object-store registry, `runs` is a listing table over
 //! `runs/*.parquet`, and each stage table is a view over the Parquet file of every pack's current
 //! entry with the `pack` column added, so a query reads the same objects the importers wrote.
-//! `packs` and `cache` come from the refs and manifests. The `*_history` tables stay local-only
-//! (they re-read every earlier import's files); docs/objstore.md.
+//! `*_history` views add `import_key`, `first_run`, `last_run` and `current` over every import
+//! the run records name (found by a query over `runs`). `packs` and `cache` come from the refs and
+//! manifests.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -53,51 +54,119 @@ pub(crate) fn register(
         .map_err(|e| from_datafusion(e, ""))?;
     tables.insert("runs".to_string(), schema);
 
-    // Stage tables: one registered file per (pack, table), a view adding `pack` over them all.
+    // Every (pack, stage, key) the run records name, with its first and last run.
+    let seen_sql = "SELECT ref_name, stage, key, min(run_id) AS first, max(run_id) AS last \
+                    FROM runs WHERE ref_name IS NOT NULL AND status IN ('hit', 'miss') \
+                    GROUP BY ref_name, stage, key ORDER BY ref_name, stage, last";
+    let batches = runtime
+        .block_on(async { ctx.sql(seen_sql).await?.collect().await })
+        .map_err(|e| from_datafusion(e, seen_sql))?;
+    let mut seen: BTreeMap<(String, String), Vec<(String, String, String)>> = BTreeMap::new();
+    for b in &batches {
+        let col = |i: usize| {
+            datafusion::arrow::compute::cast(
+                b.column(i),
+                &datafusion::arrow::datatypes::DataType::Utf8,
+            )
+            .map_err(|e| Error::Execution(e.to_string()))
+        };
+        let cols = [col(0)?, col(1)?, col(2)?, col(3)?, col(4)?];
+        let cols: Vec<&datafusion::arrow::array::StringArray> = cols
+            .iter()
+            .filter_map(|c| c.as_any().downcast_ref())
+            .collect();
+        let [pack, stage, key, first, last] = cols.as_slice() else {
+            continue;
+        };
+        for i in 0..b.num_rows() {
+            seen.entry((pack.value(i).to_string(), stage.value(i).to_string()))
+                .or_default()
+                .push((
+                    key.value(i).to_string(),
+                    first.value(i).to_string(),
+                    last.value(i).to_string(),
+                ));
+        }
+    }
+
+    // Stage tables: one registered file per (pack, table, import), a view adding `pack` over the
+    // current imports, and a `_history` view over them all.
     let mut manifests = BTreeMap::new();
     let mut n = 0usize;
+    let mut file_url = |key: &onebit_pipeline::Digest, file: &str| -> Result<Option<String>> {
+        let m = match manifests.get(key) {
+            Some(m) => m,
+            None => {
+                let m = sh.manifest(key)?;
+                manifests.entry(*key).or_insert(m)
+            }
+        };
+        let Some(m) = m else { return Ok(None) };
+        let listed = m
+            .manifest
+            .outputs
+            .values()
+            .any(|a| a.files.iter().any(|f| f.path == file));
+        Ok(listed.then(|| sh.object_url(&sh.entry_file_path(key, &m.upload, file))))
+    };
+    let mut register_file = |table: &str, url: &str| -> Result<String> {
+        let name = format!("shared_{table}_{n}");
+        n += 1;
+        runtime
+            .block_on(ctx.register_parquet(&name, url, ParquetReadOptions::default()))
+            .map_err(|e| from_datafusion(e, url))?;
+        Ok(name)
+    };
     for (table, stage, file) in STAGE_TABLES {
-        let mut branches = Vec::new();
+        let mut current = Vec::new();
+        let mut history = Vec::new();
         for r in &refs {
             let Some(s) = r.stage(stage) else { continue };
-            let m = match manifests.get(&s.key) {
-                Some(m) => m,
-                None => {
-                    let m = sh.manifest(&s.key)?;
-                    manifests.entry(s.key).or_insert(m)
-                }
-            };
-            let Some(m) = m else { continue };
-            if !m
-                .manifest
-                .outputs
-                .values()
-                .any(|a| a.files.iter().any(|f| f.path == file))
+            if let Some(url) = file_url(&s.key, file)? {
+                let name = register_file(table, &url)?;
+                current.push(format!("SELECT {} AS pack, * FROM {name}", lit(&r.name)));
+            }
+            for (key, first, last) in seen
+                .get(&(r.name.clone(), stage.to_string()))
+                .into_iter()
+                .flatten()
             {
+                let Some(d) = onebit_pipeline::Digest::from_hex(key) else {
+                    continue;
+                };
+                let Some(url) = file_url(&d, file)? else {
+                    continue;
+                };
+                let name = register_file(table, &url)?;
+                history.push(format!(
+                    "SELECT {} AS pack, {} AS import_key, {} AS first_run, {} AS last_run, {} AS current, * FROM {name}",
+                    lit(&r.name),
+                    lit(key),
+                    lit(first),
+                    lit(last),
+                    d == s.key
+                ));
+            }
+        }
+        for (view, branches) in [
+            (table.to_string(), current),
+            (format!("{table}_history"), history),
+        ] {
+            if branches.is_empty() {
                 continue;
             }
-            let url = sh.object_url(&sh.entry_file_path(&s.key, &m.upload, file));
-            let name = format!("shared_{table}_{n}");
-            n += 1;
+            let sql = format!("CREATE VIEW {view} AS {}", branches.join(" UNION ALL "));
             runtime
-                .block_on(ctx.register_parquet(&name, &url, ParquetReadOptions::default()))
-                .map_err(|e| from_datafusion(e, &url))?;
-            branches.push(format!("SELECT {} AS pack, * FROM {name}", lit(&r.name)));
+                .block_on(async { ctx.sql(&sql).await?.collect().await })
+                .map_err(|e| from_datafusion(e, &sql))?;
+            let schema = runtime
+                .block_on(ctx.table(view.as_str()))
+                .map_err(|e| from_datafusion(e, &view))?
+                .schema()
+                .inner()
+                .clone();
+            tables.insert(view, schema);
         }
-        if branches.is_empty() {
-            continue;
-        }
-        let sql = format!("CREATE VIEW {table} AS {}", branches.join(" UNION ALL "));
-        runtime
-            .block_on(async { ctx.sql(&sql).await?.collect().await })
-            .map_err(|e| from_datafusion(e, &sql))?;
-        let schema = runtime
-            .block_on(ctx.table(table))
-            .map_err(|e| from_datafusion(e, table))?
-            .schema()
-            .inner()
-            .clone();
-        tables.insert(table.to_string(), schema);
     }
 
     // cache and packs, from the manifests and refs.

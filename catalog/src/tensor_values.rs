@@ -79,6 +79,22 @@ impl TableFunctionImpl for TensorValues {
         let Some(detect) = r.stage("detect") else {
             return plan_err!("tensor_values: pack {pack:?} has no detect stage");
         };
+        // Read through to the shared store: the detect entry of a pack imported elsewhere.
+        if let Some(sh) = self.store.shared()
+            && !matches!(
+                self.store.check(&detect.key, false).map_err(ext)?,
+                onebit_pipeline::store::Freshness::Fresh(_)
+            )
+        {
+            sh.pull(&self.store, &detect.key).map_err(ext)?;
+        }
+        let model = PathBuf::from(dir).join("model.q4nx");
+        if !model.is_file() {
+            return plan_err!(
+                "tensor_values: pack {pack:?} was read from {}, which is not on this machine (imported elsewhere?); import the repository here to decode its values",
+                model.display()
+            );
+        }
         let layouts_path = self.store.artifact_path(&detect.key, "layouts.json");
         let layouts: Vec<TensorLayout> = std::fs::read(&layouts_path)
             .map_err(|e| DataFusionError::Execution(format!("{}: {e}", layouts_path.display())))
@@ -92,7 +108,7 @@ impl TableFunctionImpl for TensorValues {
         };
         let stream = Arc::new(ValuesStream {
             schema: schema(),
-            model: PathBuf::from(dir).join("model.q4nx"),
+            model,
             layout,
         });
         Ok(Arc::new(StreamingTable::try_new(schema(), vec![stream])?))
