@@ -189,7 +189,22 @@ impl SharedStore {
     fn check_format(&self) -> Result<()> {
         let loc = self.path("FORMAT");
         match self.get(&loc)? {
-            Some((bytes, _)) if bytes == FORMAT_TEXT.as_bytes() => Ok(()),
+            // Creating it again must be refused: a server that ignores If-None-Match would let two
+            // importers overwrite each other's entries, so it is refused by name.
+            Some((bytes, _)) if bytes == FORMAT_TEXT.as_bytes() => {
+                match self.put_create(&loc, FORMAT_TEXT.as_bytes().to_vec()) {
+                    Err(PutCreate::Exists) => Ok(()),
+                    Err(PutCreate::Failed(e)) => Err(e),
+                    Ok(_) => Err(Error::SharedConfig {
+                        url: self.url.clone(),
+                        reason: format!(
+                            "the server accepted a create-if-absent PUT (If-None-Match: *) of \
+                             {loc}, which exists: it does not honour conditional writes, which a \
+                             shared store needs (AWS S3, MinIO, R2 and s3s-fs do)"
+                        ),
+                    }),
+                }
+            }
             Some((bytes, _)) => Err(Error::SharedConfig {
                 url: self.url.clone(),
                 reason: format!(
