@@ -386,3 +386,40 @@ fn pyarrow_reads_the_shared_layout_as_it_is() {
     assert_eq!(got["run_rows"], 6);
     assert_eq!(got["tensor_rows"], 21);
 }
+
+#[test]
+fn a_damaged_shared_entry_is_refused_with_both_readings_and_nothing_is_kept() {
+    let server = S3Server::start();
+    let a = tempfile::tempdir().expect("tmp");
+    ok(&import(a.path(), &server.endpoint()), "import");
+    // Flip bytes of one published file on the server's disk (same size).
+    let victim = server
+        .objects(PREFIX)
+        .into_iter()
+        .find(|o| o.ends_with("/out/tables/tensors.parquet"))
+        .expect("the dequant entry's tensors table");
+    let path = server.root.path().join(BUCKET).join(&victim);
+    let mut bytes = std::fs::read(&path).expect("read");
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&path, &bytes).expect("write");
+
+    let b = tempfile::tempdir().expect("tmp");
+    let out = import(b.path(), &server.endpoint());
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tables/tensors.parquet")
+            && err.contains("where the manifest says")
+            && err.contains("blake3"),
+        "{err}"
+    );
+    // Nothing of the damaged entry was kept in the local cache.
+    let entries = b.path().join("store-v1/entries");
+    let kept: Vec<_> = std::fs::read_dir(&entries)
+        .expect("entries")
+        .flatten()
+        .filter(|e| e.path().join("out/tables/tensors.parquet").exists())
+        .collect();
+    assert!(kept.is_empty(), "{kept:?}");
+}

@@ -61,15 +61,11 @@ fn parse_ini(text: &str) -> BTreeMap<String, BTreeMap<String, String>> {
     out
 }
 
-fn home_file(var: &str, rel: &str) -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os(var).filter(|p| !p.is_empty()) {
+fn home_file(env: &dyn Fn(&str) -> Option<String>, var: &str, rel: &str) -> Option<PathBuf> {
+    if let Some(p) = env(var) {
         return Some(PathBuf::from(p));
     }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rel))
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
+    env("HOME").map(|h| PathBuf::from(h).join(rel))
 }
 
 /// Sets `slot` from `value` unless an earlier source set it, recording where it came from.
@@ -88,6 +84,11 @@ fn fill(
 
 /// Resolves credentials, region and endpoint from the environment and the profile files.
 pub fn resolve() -> Resolved {
+    resolve_with(&|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+}
+
+/// [`resolve`] over the variables `env` returns (tests pass their own).
+pub fn resolve_with(env: &dyn Fn(&str) -> Option<String>) -> Resolved {
     let mut r = Resolved::default();
     let Resolved {
         access_key_id,
@@ -118,7 +119,7 @@ pub fn resolve() -> Resolved {
         fill(slot, sources, what, &v, var.to_string());
     }
     let profile = env("AWS_PROFILE").unwrap_or_else(|| "default".into());
-    if let Some(path) = home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials")
+    if let Some(path) = home_file(env, "AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials")
         && let Ok(text) = std::fs::read_to_string(&path)
         && let Some(sec) = parse_ini(&text).get(&profile)
     {
@@ -137,7 +138,7 @@ pub fn resolve() -> Resolved {
             fill(slot, sources, what, v, from);
         }
     }
-    if let Some(path) = home_file("AWS_CONFIG_FILE", ".aws/config")
+    if let Some(path) = home_file(env, "AWS_CONFIG_FILE", ".aws/config")
         && let Ok(text) = std::fs::read_to_string(&path)
     {
         let name = if profile == "default" {
@@ -170,5 +171,38 @@ mod tests {
         );
         assert_eq!(ini["default"]["aws_access_key_id"], "AK");
         assert_eq!(ini["profile team"]["region"], "eu-west-1");
+    }
+
+    #[test]
+    fn environment_first_then_the_profile_files() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let creds = dir.path().join("credentials");
+        let config = dir.path().join("config");
+        std::fs::write(
+            &creds,
+            "[default]\naws_access_key_id = FILE-DEFAULT\n[team]\naws_access_key_id = FILE-TEAM\naws_secret_access_key = S-TEAM\n",
+        )
+        .expect("write");
+        std::fs::write(
+            &config,
+            "[profile team]\nregion = eu-north-1\nendpoint_url = http://127.0.0.1:9000\n",
+        )
+        .expect("write");
+        let (c, f) = (creds.display().to_string(), config.display().to_string());
+        let env = move |name: &str| match name {
+            "AWS_PROFILE" => Some("team".to_string()),
+            "AWS_SHARED_CREDENTIALS_FILE" => Some(c.clone()),
+            "AWS_CONFIG_FILE" => Some(f.clone()),
+            "AWS_ACCESS_KEY_ID" => Some("ENV".to_string()),
+            _ => None,
+        };
+        let r = resolve_with(&env);
+        assert_eq!(r.access_key_id.as_deref(), Some("ENV"));
+        assert_eq!(r.sources["access key"], "AWS_ACCESS_KEY_ID");
+        assert_eq!(r.secret_access_key.as_deref(), Some("S-TEAM"));
+        assert!(r.sources["secret key"].ends_with("[team] aws_secret_access_key"));
+        assert_eq!(r.region.as_deref(), Some("eu-north-1"));
+        assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert!(!r.describe().contains("S-TEAM"), "secrets never described");
     }
 }
