@@ -172,7 +172,12 @@ pub fn gc(store: &Store, dry_run: bool) -> Result<GcReport> {
         None => None,
     };
     let _root = store.lock_root(LockMode::Exclusive)?;
-    let referenced: BTreeSet<Digest> = list_refs(store)?
+    // The local cache keeps what the shared refs name and what its own (local-only) refs name.
+    let mut refs = list_refs(store)?;
+    if store.shared().is_some() {
+        refs.extend(crate::refs::list_local_refs(store)?);
+    }
+    let referenced: BTreeSet<Digest> = refs
         .iter()
         .flat_map(|r| r.stages.iter().map(|s| s.key))
         .collect();

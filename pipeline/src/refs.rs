@@ -105,6 +105,11 @@ pub fn list_refs(store: &Store) -> Result<Vec<RefRecord>> {
     if let Some(shared) = store.shared() {
         return shared.list_refs();
     }
+    list_local_refs(store)
+}
+
+/// Every ref in the local store only (also those of imports made without the shared store).
+pub fn list_local_refs(store: &Store) -> Result<Vec<RefRecord>> {
     let dir = store.refs_dir();
     let mut out = Vec::new();
     for e in fs::read_dir(&dir).at("list", &dir)? {
