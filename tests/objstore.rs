@@ -423,3 +423,35 @@ fn a_damaged_shared_entry_is_refused_with_both_readings_and_nothing_is_kept() {
         .collect();
     assert!(kept.is_empty(), "{kept:?}");
 }
+
+#[test]
+fn large_artifacts_go_up_in_parts_and_come_down_in_ranges_intact() {
+    let server = S3Server::start();
+    let ep = server.endpoint();
+    let (a, b) = (
+        tempfile::tempdir().expect("tmp"),
+        tempfile::tempdir().expect("tmp"),
+    );
+    // 40 MB per stage: above the 16 MB part size, so multipart uploads and ranged GETs.
+    let args = ["--json", "run", "--demo", "--demo-bytes", "40000000"];
+    let first = run(a.path(), &ep, &args);
+    ok(&first, "demo graph, first machine");
+    assert!(stages(&first).iter().all(|s| s.1 == "miss"));
+    let second = run(b.path(), &ep, &args);
+    ok(&second, "demo graph, second machine");
+    let second = stages(&second);
+    assert_eq!(second.len(), 10);
+    assert!(
+        second
+            .iter()
+            .all(|s| s.2 == "fetched from the shared store"),
+        "{second:?}"
+    );
+    let deep = run(b.path(), &ep, &["--json", "status", "--deep"]);
+    ok(&deep, "status --deep");
+    let text = String::from_utf8_lossy(&deep.stdout);
+    assert!(
+        text.contains("fresh") && !text.contains("tampered"),
+        "{text}"
+    );
+}
