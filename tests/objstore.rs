@@ -432,8 +432,9 @@ fn large_artifacts_go_up_in_parts_and_come_down_in_ranges_intact() {
         tempfile::tempdir().expect("tmp"),
         tempfile::tempdir().expect("tmp"),
     );
-    // 40 MB per stage: above the 16 MB part size, so multipart uploads and ranged GETs.
-    let args = ["--json", "run", "--demo", "--demo-bytes", "40000000"];
+    // 18 MB per stage (the demo splits its bytes over ten stages): above the 16 MB part size, so
+    // multipart uploads and ranged GETs, one part whole and one short.
+    let args = ["--json", "run", "--demo", "--demo-bytes", "180000000"];
     let first = run(a.path(), &ep, &args);
     ok(&first, "demo graph, first machine");
     assert!(stages(&first).iter().all(|s| s.1 == "miss"));
@@ -441,6 +442,8 @@ fn large_artifacts_go_up_in_parts_and_come_down_in_ranges_intact() {
     ok(&second, "demo graph, second machine");
     let second = stages(&second);
     assert_eq!(second.len(), 10);
+    let big = String::from_utf8_lossy(&first.stdout).contains("\"bytes_out\":18000000");
+    assert!(big, "each stage wrote 18 MB");
     assert!(
         second
             .iter()
