@@ -22,6 +22,13 @@ use onebit_pipeline::shared::SharedStore;
 use crate::error::{Error, Result, from_datafusion};
 use crate::tables::{CacheRow, STAGE_TABLES, cache_rows, packs_by_key, packs_table};
 
+/// One import of a pack's stage the run records name: its key, first and last run.
+struct Import {
+    key: String,
+    first: String,
+    last: String,
+}
+
 /// A SQL string literal.
 fn lit(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
@@ -61,7 +68,7 @@ pub(crate) fn register(
     let batches = runtime
         .block_on(async { ctx.sql(seen_sql).await?.collect().await })
         .map_err(|e| from_datafusion(e, seen_sql))?;
-    let mut seen: BTreeMap<(String, String), Vec<(String, String, String)>> = BTreeMap::new();
+    let mut seen: BTreeMap<(String, String), Vec<Import>> = BTreeMap::new();
     for b in &batches {
         let col = |i: usize| {
             datafusion::arrow::compute::cast(
@@ -81,11 +88,11 @@ pub(crate) fn register(
         for i in 0..b.num_rows() {
             seen.entry((pack.value(i).to_string(), stage.value(i).to_string()))
                 .or_default()
-                .push((
-                    key.value(i).to_string(),
-                    first.value(i).to_string(),
-                    last.value(i).to_string(),
-                ));
+                .push(Import {
+                    key: key.value(i).to_string(),
+                    first: first.value(i).to_string(),
+                    last: last.value(i).to_string(),
+                });
         }
     }
 
@@ -126,7 +133,7 @@ pub(crate) fn register(
                 let name = register_file(table, &url)?;
                 current.push(format!("SELECT {} AS pack, * FROM {name}", lit(&r.name)));
             }
-            for (key, first, last) in seen
+            for Import { key, first, last } in seen
                 .get(&(r.name.clone(), stage.to_string()))
                 .into_iter()
                 .flatten()

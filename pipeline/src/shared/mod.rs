@@ -26,7 +26,6 @@ pub mod credentials;
 pub mod gc;
 pub mod lease;
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
 use std::path::Path as FsPath;
@@ -499,41 +498,60 @@ impl SharedStore {
                 let chunk = chunk?;
                 hasher.update(&chunk);
                 size += chunk.len() as u64;
-                file.write_all(&chunk)
-                    .map_err(|e| object_store::Error::Generic {
-                        store: "local file",
-                        source: Box::new(e),
-                    })?;
+                file.write_all(&chunk).map_err(local_io)?;
             }
             Ok::<_, object_store::Error>(())
         });
-        match r {
-            Ok(()) => {}
-            Err(object_store::Error::NotFound { .. }) => {
-                return Err(Error::SharedCorrupt {
-                    url: self.url.clone(),
-                    key: key.to_hex(),
-                    file: f.path.clone(),
-                    why: format!("{loc} is missing"),
-                });
-            }
-            Err(e) => return Err(self.err("get", loc, e)),
-        }
+        self.fetched(r, "get", loc, key, f)?;
         let digest = Digest(*hasher.finalize().as_bytes());
-        if size != f.size || digest != f.blake3 {
-            return Err(Error::SharedCorrupt {
+        self.same_as_manifest(key, f, size, digest)?;
+        file.sync_all().at("fsync", dest)
+    }
+
+    /// Maps the outcome of fetching `loc`: an absent object is a damaged entry (its manifest names
+    /// it), any other failure the request's error.
+    fn fetched(
+        &self,
+        r: std::result::Result<(), object_store::Error>,
+        op: &'static str,
+        loc: &Path,
+        key: &Digest,
+        f: &crate::store::FileRecord,
+    ) -> Result<()> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(object_store::Error::NotFound { .. }) => Err(Error::SharedCorrupt {
                 url: self.url.clone(),
                 key: key.to_hex(),
                 file: f.path.clone(),
-                why: format!(
-                    "read {size} bytes, blake3 {}, where the manifest says {} bytes, blake3 {}",
-                    digest.short(),
-                    f.size,
-                    f.blake3.short()
-                ),
-            });
+                why: format!("{loc} is missing"),
+            }),
+            Err(e) => Err(self.err(op, loc, e)),
         }
-        file.sync_all().at("fsync", dest)
+    }
+
+    /// A fetched file's size and blake3 against the manifest's; a difference names both.
+    fn same_as_manifest(
+        &self,
+        key: &Digest,
+        f: &crate::store::FileRecord,
+        size: u64,
+        digest: Digest,
+    ) -> Result<()> {
+        if size == f.size && digest == f.blake3 {
+            return Ok(());
+        }
+        Err(Error::SharedCorrupt {
+            url: self.url.clone(),
+            key: key.to_hex(),
+            file: f.path.clone(),
+            why: format!(
+                "read {size} bytes, blake3 {}, where the manifest says {} bytes, blake3 {}",
+                digest.short(),
+                f.size,
+                f.blake3.short()
+            ),
+        })
     }
 
     /// Fetches a large object as [`PARALLEL`] concurrent ranged GETs of [`PART_BYTES`], each
@@ -574,42 +592,15 @@ impl SharedStore {
                         .into(),
                     });
                 }
-                file.write_all_at(&bytes, r.start)
-                    .map_err(|e| object_store::Error::Generic {
-                        store: "local file",
-                        source: Box::new(e),
-                    })?;
+                file.write_all_at(&bytes, r.start).map_err(local_io)?;
             }
             Ok::<_, object_store::Error>(())
         });
-        match r {
-            Ok(()) => {}
-            Err(object_store::Error::NotFound { .. }) => {
-                return Err(Error::SharedCorrupt {
-                    url: self.url.clone(),
-                    key: key.to_hex(),
-                    file: f.path.clone(),
-                    why: format!("{loc} is missing"),
-                });
-            }
-            Err(e) => return Err(self.err("get range", loc, e)),
-        }
+        self.fetched(r, "get range", loc, key, f)?;
         file.sync_all().at("fsync", dest)?;
         let size = fs::metadata(dest).at("stat", dest)?.len();
         let digest = Digest::of_file(dest)?;
-        if size != f.size || digest != f.blake3 {
-            return Err(Error::SharedCorrupt {
-                url: self.url.clone(),
-                key: key.to_hex(),
-                file: f.path.clone(),
-                why: format!(
-                    "read {size} bytes, blake3 {}, where the manifest says {} bytes, blake3 {}",
-                    digest.short(),
-                    f.size,
-                    f.blake3.short()
-                ),
-            });
-        }
+        self.same_as_manifest(key, f, size, digest)?;
         Ok(())
     }
 
@@ -631,10 +622,7 @@ impl SharedStore {
                     Ok(n) => n,
                     Err(e) => {
                         let _ = w.abort().await;
-                        return Err(object_store::Error::Generic {
-                            store: "local file",
-                            source: Box::new(e),
-                        });
+                        return Err(local_io(e));
                     }
                 };
                 w.wait_for_capacity(PARALLEL).await?;
@@ -821,6 +809,14 @@ pub(crate) enum PutCreate {
     Failed(Error),
 }
 
+/// A local file error inside a transfer, as the client's error type.
+fn local_io(e: std::io::Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "local file",
+        source: Box::new(e),
+    }
+}
+
 /// A manifest's relative path, refused if it would leave the entry (absolute, `..`, empty).
 fn safe_rel(url: &str, key: &Digest, rel: &str) -> Result<std::path::PathBuf> {
     let ok = !rel.is_empty()
@@ -838,12 +834,4 @@ fn safe_rel(url: &str, key: &Digest, rel: &str) -> Result<std::path::PathBuf> {
             why: "the path leaves the entry".into(),
         })
     }
-}
-
-/// Which manifests of `entries` name the same bytes (test and gc helper).
-pub fn upload_of(manifests: &[SharedManifest]) -> BTreeMap<Digest, String> {
-    manifests
-        .iter()
-        .map(|m| (m.manifest.key, m.upload.clone()))
-        .collect()
 }
