@@ -17,7 +17,7 @@ use datafusion::datasource::listing::{
 };
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use onebit_pipeline::Store;
-use onebit_pipeline::shared::SharedStore;
+use onebit_pipeline::shared::{SharedManifest, SharedStore};
 
 use crate::error::{Error, Result, from_datafusion};
 use crate::tables::{CacheRow, STAGE_TABLES, cache_rows, packs_by_key, packs_table};
@@ -98,39 +98,35 @@ pub(crate) fn register(
 
     // Stage tables: one registered file per (pack, table, import), a view adding `pack` over the
     // current imports, and a `_history` view over them all.
-    let mut manifests = BTreeMap::new();
-    let mut n = 0usize;
-    let mut file_url = |key: &onebit_pipeline::Digest, file: &str| -> Result<Option<String>> {
-        let m = match manifests.get(key) {
-            Some(m) => m,
-            None => {
-                let m = sh.manifest(key)?;
-                manifests.entry(*key).or_insert(m)
-            }
-        };
-        let Some(m) = m else { return Ok(None) };
+    let manifests: BTreeMap<onebit_pipeline::Digest, SharedManifest> = sh
+        .manifests()?
+        .into_iter()
+        .map(|m| (m.manifest.key, m))
+        .collect();
+    let file_url = |key: &onebit_pipeline::Digest, file: &str| -> Option<String> {
+        let m = manifests.get(key)?;
         let listed = m
             .manifest
             .outputs
             .values()
             .any(|a| a.files.iter().any(|f| f.path == file));
-        Ok(listed.then(|| sh.object_url(&sh.entry_file_path(key, &m.upload, file))))
+        listed.then(|| sh.object_url(&sh.entry_file_path(key, &m.upload, file)))
     };
-    let mut register_file = |table: &str, url: &str| -> Result<String> {
-        let name = format!("shared_{table}_{n}");
-        n += 1;
-        runtime
-            .block_on(ctx.register_parquet(&name, url, ParquetReadOptions::default()))
-            .map_err(|e| from_datafusion(e, url))?;
-        Ok(name)
+    // Files to register (name, url), then the views over them.
+    let mut files: Vec<(String, String)> = Vec::new();
+    let mut register_file = |table: &str, url: String| -> String {
+        let name = format!("shared_{table}_{}", files.len());
+        files.push((name.clone(), url));
+        name
     };
+    let mut views: Vec<(String, Vec<String>)> = Vec::new();
     for (table, stage, file) in STAGE_TABLES {
         let mut current = Vec::new();
         let mut history = Vec::new();
         for r in &refs {
             let Some(s) = r.stage(stage) else { continue };
-            if let Some(url) = file_url(&s.key, file)? {
-                let name = register_file(table, &url)?;
+            if let Some(url) = file_url(&s.key, file) {
+                let name = register_file(table, url);
                 current.push(format!("SELECT {} AS pack, * FROM {name}", lit(&r.name)));
             }
             for Import { key, first, last } in seen
@@ -141,10 +137,10 @@ pub(crate) fn register(
                 let Some(d) = onebit_pipeline::Digest::from_hex(key) else {
                     continue;
                 };
-                let Some(url) = file_url(&d, file)? else {
+                let Some(url) = file_url(&d, file) else {
                     continue;
                 };
-                let name = register_file(table, &url)?;
+                let name = register_file(table, url);
                 history.push(format!(
                     "SELECT {} AS pack, {} AS import_key, {} AS first_run, {} AS last_run, {} AS current, * FROM {name}",
                     lit(&r.name),
@@ -155,31 +151,37 @@ pub(crate) fn register(
                 ));
             }
         }
-        for (view, branches) in [
-            (table.to_string(), current),
-            (format!("{table}_history"), history),
-        ] {
-            if branches.is_empty() {
-                continue;
-            }
-            let sql = format!("CREATE VIEW {view} AS {}", branches.join(" UNION ALL "));
-            runtime
-                .block_on(async { ctx.sql(&sql).await?.collect().await })
-                .map_err(|e| from_datafusion(e, &sql))?;
-            let schema = runtime
-                .block_on(ctx.table(view.as_str()))
-                .map_err(|e| from_datafusion(e, &view))?
-                .schema()
-                .inner()
-                .clone();
-            tables.insert(view, schema);
+        views.push((table.to_string(), current));
+        views.push((format!("{table}_history"), history));
+    }
+    // Each registration reads the file's footer: all of them at once.
+    runtime
+        .block_on(futures::future::try_join_all(files.iter().map(
+            |(name, url)| {
+                ctx.register_parquet(name.as_str(), url.as_str(), ParquetReadOptions::default())
+            },
+        )))
+        .map_err(|e| from_datafusion(e, "registering the shared store's table files"))?;
+    for (view, branches) in views {
+        if branches.is_empty() {
+            continue;
         }
+        let sql = format!("CREATE VIEW {view} AS {}", branches.join(" UNION ALL "));
+        runtime
+            .block_on(async { ctx.sql(&sql).await?.collect().await })
+            .map_err(|e| from_datafusion(e, &sql))?;
+        let schema = runtime
+            .block_on(ctx.table(view.as_str()))
+            .map_err(|e| from_datafusion(e, &view))?
+            .schema()
+            .inner()
+            .clone();
+        tables.insert(view, schema);
     }
 
     // cache and packs, from the manifests and refs.
-    let rows = sh
-        .manifests()?
-        .into_iter()
+    let rows = manifests
+        .values()
         .map(|m| CacheRow {
             key: m.manifest.key.to_hex(),
             stage: Some(m.manifest.stage.clone()),

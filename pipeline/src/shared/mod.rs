@@ -26,6 +26,7 @@ pub mod credentials;
 pub mod gc;
 pub mod lease;
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
 use std::path::Path as FsPath;
@@ -49,6 +50,8 @@ const FORMAT_TEXT: &str = "onebit-pipe store-v1\n";
 pub const SHARED_MANIFEST_FORMAT: u32 = 1;
 /// Files up to this size go up in one PUT; larger ones as a multipart upload of such parts.
 const PART_BYTES: usize = 16 << 20;
+/// Small objects (manifests, refs) fetched at once when many are wanted.
+const LISTING_PARALLEL: usize = 16;
 /// Parts in flight at once, up and down.
 const PARALLEL: usize = 4;
 
@@ -402,10 +405,54 @@ impl SharedStore {
     /// The shared manifest of `key`, if published.
     pub fn manifest(&self, key: &Digest) -> Result<Option<SharedManifest>> {
         let loc = self.entry_manifest_path(key);
-        let Some((bytes, _)) = self.get(&loc)? else {
-            return Ok(None);
-        };
-        let m: SharedManifest = serde_json::from_slice(&bytes).map_err(|e| Error::Shared {
+        match self.get(&loc)? {
+            Some((bytes, _)) => self.parse_manifest(key, &loc, &bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The shared manifests of `keys`, fetched [`LISTING_PARALLEL`] at a time.
+    pub fn manifests_of(&self, keys: &[Digest]) -> Result<BTreeMap<Digest, SharedManifest>> {
+        let locs: Vec<Path> = keys.iter().map(|k| self.entry_manifest_path(k)).collect();
+        let mut out = BTreeMap::new();
+        for ((key, loc), bytes) in keys.iter().zip(&locs).zip(self.get_many(&locs)?) {
+            if let Some(bytes) = bytes {
+                out.insert(*key, self.parse_manifest(key, loc, &bytes)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// GETs many small objects concurrently, in order; `None` for an absent one.
+    pub fn get_many(&self, locs: &[Path]) -> Result<Vec<Option<Vec<u8>>>> {
+        let got: Vec<std::result::Result<Option<Vec<u8>>, (Path, object_store::Error)>> = self
+            .block({
+                // Owned futures: the stream's closures borrow nothing (the runtime needs them Send).
+                let futures: Vec<_> = locs
+                    .iter()
+                    .map(|loc| {
+                        let (os, loc) = (self.os.clone(), loc.clone());
+                        async move {
+                            let r = async { os.get(&loc).await?.bytes().await }.await;
+                            match r {
+                                Ok(b) => Ok(Some(b.to_vec())),
+                                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                                Err(e) => Err((loc, e)),
+                            }
+                        }
+                    })
+                    .collect();
+                futures::stream::iter(futures)
+                    .buffered(LISTING_PARALLEL)
+                    .collect()
+            });
+        got.into_iter()
+            .map(|r| r.map_err(|(loc, e)| self.err("get", &loc, e)))
+            .collect()
+    }
+
+    fn parse_manifest(&self, key: &Digest, loc: &Path, bytes: &[u8]) -> Result<SharedManifest> {
+        let m: SharedManifest = serde_json::from_slice(bytes).map_err(|e| Error::Shared {
             url: self.url.clone(),
             op: "parse",
             location: loc.to_string(),
@@ -424,7 +471,7 @@ impl SharedStore {
                 ),
             });
         }
-        Ok(Some(m))
+        Ok(m)
     }
 
     /// Whether `key` is published.
@@ -724,13 +771,16 @@ impl SharedStore {
 
     /// Every ref, sorted by name.
     pub fn list_refs(&self) -> Result<Vec<RefRecord>> {
+        let locs: Vec<Path> = self
+            .list("refs")?
+            .into_iter()
+            .map(|o| o.location)
+            .filter(|l| l.extension() == Some("json"))
+            .collect();
         let mut out = Vec::new();
-        for o in self.list("refs")? {
-            if o.location.extension() != Some("json") {
-                continue;
-            }
-            if let Some((bytes, _)) = self.get(&o.location)? {
-                out.push(self.parse_ref(&o.location, &bytes)?);
+        for (loc, bytes) in locs.iter().zip(self.get_many(&locs)?) {
+            if let Some(bytes) = bytes {
+                out.push(self.parse_ref(loc, &bytes)?);
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -779,25 +829,16 @@ impl SharedStore {
 
     /// Every published entry's manifest.
     pub fn manifests(&self) -> Result<Vec<SharedManifest>> {
-        let mut out = Vec::new();
-        for o in self.list("entries")? {
-            if o.location.filename() != Some("manifest.json") {
-                continue;
-            }
-            let Some(key) = o
-                .location
-                .parts()
-                .rev()
-                .nth(1)
-                .and_then(|p| Digest::from_hex(p.as_ref()))
-            else {
-                continue;
-            };
-            if let Some(m) = self.manifest(&key)? {
-                out.push(m);
-            }
-        }
-        Ok(out)
+        let keys: Vec<Digest> = self
+            .list("entries")?
+            .iter()
+            .filter(|o| o.location.filename() == Some("manifest.json"))
+            .filter_map(|o| {
+                let key = o.location.parts().rev().nth(1)?;
+                Digest::from_hex(key.as_ref())
+            })
+            .collect();
+        Ok(self.manifests_of(&keys)?.into_values().collect())
     }
 }
 
