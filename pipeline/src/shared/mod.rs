@@ -425,27 +425,26 @@ impl SharedStore {
 
     /// GETs many small objects concurrently, in order; `None` for an absent one.
     pub fn get_many(&self, locs: &[Path]) -> Result<Vec<Option<Vec<u8>>>> {
-        let got: Vec<std::result::Result<Option<Vec<u8>>, (Path, object_store::Error)>> = self
-            .block({
-                // Owned futures: the stream's closures borrow nothing (the runtime needs them Send).
-                let futures: Vec<_> = locs
-                    .iter()
-                    .map(|loc| {
-                        let (os, loc) = (self.os.clone(), loc.clone());
-                        async move {
-                            let r = async { os.get(&loc).await?.bytes().await }.await;
-                            match r {
-                                Ok(b) => Ok(Some(b.to_vec())),
-                                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                                Err(e) => Err((loc, e)),
-                            }
+        let got: Vec<Fetched> = self.block({
+            // Owned futures: the stream's closures borrow nothing (the runtime needs them Send).
+            let futures: Vec<_> = locs
+                .iter()
+                .map(|loc| {
+                    let (os, loc) = (self.os.clone(), loc.clone());
+                    async move {
+                        let r = async { os.get(&loc).await?.bytes().await }.await;
+                        match r {
+                            Ok(b) => Ok(Some(b.to_vec())),
+                            Err(object_store::Error::NotFound { .. }) => Ok(None),
+                            Err(e) => Err((loc, e)),
                         }
-                    })
-                    .collect();
-                futures::stream::iter(futures)
-                    .buffered(LISTING_PARALLEL)
-                    .collect()
-            });
+                    }
+                })
+                .collect();
+            futures::stream::iter(futures)
+                .buffered(LISTING_PARALLEL)
+                .collect()
+        });
         got.into_iter()
             .map(|r| r.map_err(|(loc, e)| self.err("get", &loc, e)))
             .collect()
@@ -841,6 +840,9 @@ impl SharedStore {
         Ok(self.manifests_of(&keys)?.into_values().collect())
     }
 }
+
+/// One GET of [`SharedStore::get_many`]: the bytes (`None` if absent), or the failing object.
+type Fetched = std::result::Result<Option<Vec<u8>>, (Path, object_store::Error)>;
 
 /// The outcome of a create-if-absent PUT.
 pub(crate) enum PutCreate {
