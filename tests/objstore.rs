@@ -458,3 +458,47 @@ fn large_artifacts_go_up_in_parts_and_come_down_in_ranges_intact() {
         "{text}"
     );
 }
+
+#[test]
+fn a_stage_longer_than_its_lease_keeps_it_by_renewing_and_runs_once() {
+    let server = S3Server::start();
+    let ep = server.endpoint();
+    let homes: Vec<_> = (0..2).map(|_| tempfile::tempdir().expect("tmp")).collect();
+    // Each stage body sleeps 3 s against a 1 s lease: only renewal keeps the other importer out.
+    let args = [
+        "--json",
+        "run",
+        "--demo",
+        "--demo-bytes",
+        "100000",
+        "--demo-delay-ms",
+        "3000",
+    ];
+    // The second starts a moment later: s3s-fs checks If-None-Match and then writes, so two
+    // creations in the same instant can both succeed there (S3 itself decides atomically).
+    let children: Vec<_> = homes
+        .iter()
+        .map(|h| {
+            let c = cmd(h.path(), &ep, &args)
+                .env("ONEBIT_LEASE_TTL_S", "1")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            std::thread::sleep(Duration::from_millis(300));
+            c
+        })
+        .collect();
+    let outs: Vec<Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait"))
+        .collect();
+    let mut misses = 0;
+    for o in &outs {
+        ok(o, "concurrent demo");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("lease lapsed"), "{err}");
+        misses += stages(o).iter().filter(|s| s.1 == "miss").count();
+    }
+    assert_eq!(misses, 10, "every stage body ran once across both machines");
+}

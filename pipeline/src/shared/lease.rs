@@ -133,7 +133,15 @@ pub fn try_acquire(
     let loc = lease_path(shared, name);
     loop {
         match shared.put_create(&loc, body(shared, purpose)) {
-            Ok(etag) => return Ok(Ok(Lease::start(shared.clone(), loc, etag, purpose))),
+            // Read back: a server whose create-if-absent is not atomic (a check, then a write) can
+            // let two creators both succeed; the later write is the one in force.
+            Ok(etag) => match read(shared, name)? {
+                Some((b, now)) if b.holder == shared.holder => {
+                    return Ok(Ok(Lease::start(shared.clone(), loc, now.or(etag), purpose)));
+                }
+                Some((b, _)) => return Ok(Err(b)),
+                None => continue,
+            },
             Err(PutCreate::Failed(e)) => return Err(e),
             Err(PutCreate::Exists) => {}
         }
@@ -206,7 +214,10 @@ impl Lease {
                         break;
                     };
                     match put_if_match(&s, &l, &tag, body(&s, &purpose)) {
-                        Ok(Some(new)) => etag = Some(new),
+                        Ok(Some(new)) => {
+                            tracing::debug!(lease = %l, "lease renewed");
+                            etag = Some(new);
+                        }
                         Ok(None) => {
                             tracing::warn!(lease = %l, "the lease was taken over (renewal came too late); the shared store's create-if-absent publication keeps entries whole");
                             break;
