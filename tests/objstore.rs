@@ -464,7 +464,8 @@ fn a_stage_longer_than_its_lease_keeps_it_by_renewing_and_runs_once() {
     let server = S3Server::start();
     let ep = server.endpoint();
     let homes: Vec<_> = (0..2).map(|_| tempfile::tempdir().expect("tmp")).collect();
-    // Each stage body sleeps 3 s against a 1 s lease: only renewal keeps the other importer out.
+    // Each stage body sleeps 4 s against a 1.5 s lease (renewed every 0.5 s, so a renewal may come
+    // 1 s late on a loaded machine): only renewal keeps the other importer out.
     let args = [
         "--json",
         "run",
@@ -472,7 +473,7 @@ fn a_stage_longer_than_its_lease_keeps_it_by_renewing_and_runs_once() {
         "--demo-bytes",
         "100000",
         "--demo-delay-ms",
-        "3000",
+        "4000",
     ];
     // The second starts a moment later: s3s-fs checks If-None-Match and then writes, so two
     // creations in the same instant can both succeed there (S3 itself decides atomically).
@@ -480,7 +481,7 @@ fn a_stage_longer_than_its_lease_keeps_it_by_renewing_and_runs_once() {
         .iter()
         .map(|h| {
             let c = cmd(h.path(), &ep, &args)
-                .env("ONEBIT_LEASE_TTL_S", "1")
+                .env("ONEBIT_LEASE_TTL_S", "1.5")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
