@@ -71,6 +71,30 @@ fn import(home: &Path, endpoint: &str) -> Output {
     )
 }
 
+/// An import of fixture `case` through `proxy`, which holds its first manifest PUT: returns once
+/// the import is held there.
+fn held_import(
+    home: &Path,
+    proxy: &Proxy,
+    case: &str,
+    out: Stdio,
+    err: Stdio,
+) -> std::process::Child {
+    proxy.arm();
+    let p = fixture(case);
+    let child = cmd(
+        home,
+        &proxy.endpoint(),
+        &["--json", "run", "--path", p.to_str().expect("utf8")],
+    )
+    .stdout(out)
+    .stderr(err)
+    .spawn()
+    .expect("spawn");
+    proxy.wait_stalled(Duration::from_secs(60));
+    child
+}
+
 fn sql_json(home: &Path, endpoint: &str, q: &str) -> Vec<Value> {
     let out = run(home, endpoint, &["sql", "--format", "json", q]);
     ok(&out, q);
@@ -259,19 +283,8 @@ fn two_importers_at_once_publish_each_entry_once_and_agree() {
 fn an_importer_killed_mid_upload_leaves_no_entry_and_its_lease_lapses() {
     let server = S3Server::start();
     let proxy = Proxy::start(server.port);
-    proxy.arm();
     let a = tempfile::tempdir().expect("tmp");
-    let p = fixture("llama-q41");
-    let mut child = cmd(
-        a.path(),
-        &proxy.endpoint(),
-        &["--json", "run", "--path", p.to_str().expect("utf8")],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("spawn");
-    proxy.wait_stalled(Duration::from_secs(60));
+    let mut child = held_import(a.path(), &proxy, "llama-q41", Stdio::null(), Stdio::null());
     child.kill().expect("kill");
     let _ = child.wait();
     proxy.release();
@@ -313,19 +326,14 @@ fn an_importer_killed_mid_upload_leaves_no_entry_and_its_lease_lapses() {
 fn a_server_restarted_mid_import_does_not_fail_the_import() {
     let mut server = S3Server::start();
     let proxy = Proxy::start(server.port);
-    proxy.arm();
     let a = tempfile::tempdir().expect("tmp");
-    let p = fixture("llama-q41");
-    let child = cmd(
+    let child = held_import(
         a.path(),
-        &proxy.endpoint(),
-        &["--json", "run", "--path", p.to_str().expect("utf8")],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("spawn");
-    proxy.wait_stalled(Duration::from_secs(60));
+        &proxy,
+        "llama-q41",
+        Stdio::piped(),
+        Stdio::piped(),
+    );
     server.restart();
     proxy.release();
     let out = child.wait_with_output().expect("wait");
@@ -345,18 +353,7 @@ fn gc_on_a_shared_store_refuses_while_an_import_runs() {
     let a = tempfile::tempdir().expect("tmp");
     ok(&import(a.path(), &server.endpoint()), "first import");
     // A second pack's import, held at its first publication.
-    proxy.arm();
-    let p = fixture("llama-q40");
-    let mut child = cmd(
-        a.path(),
-        &proxy.endpoint(),
-        &["--json", "run", "--path", p.to_str().expect("utf8")],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("spawn");
-    proxy.wait_stalled(Duration::from_secs(60));
+    let mut child = held_import(a.path(), &proxy, "llama-q40", Stdio::null(), Stdio::null());
     let b = tempfile::tempdir().expect("tmp");
     let gc = run(b.path(), &server.endpoint(), &["gc"]);
     assert_ne!(gc.status.code(), Some(0));

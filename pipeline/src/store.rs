@@ -338,15 +338,28 @@ impl Store {
     /// directory into place, replacing any tampered entry of the same key.
     pub fn publish(
         &self,
+        staging: Staging,
+        manifest: Manifest,
+        outputs: &[String],
+    ) -> Result<Manifest> {
+        self.publish_known(staging, manifest, outputs, &BTreeMap::new())
+    }
+
+    /// [`Store::publish`] where the blake3 of some files is already known (by `out/`-relative
+    /// path, with its size): a file fetched from the shared store was hashed as it arrived and
+    /// checked against the manifest, so it is not read again. Any other file is hashed.
+    pub fn publish_known(
+        &self,
         mut staging: Staging,
         mut manifest: Manifest,
         outputs: &[String],
+        known: &BTreeMap<String, (u64, Digest)>,
     ) -> Result<Manifest> {
         let out = staging.out_dir();
         manifest.outputs.clear();
         for name in outputs {
             let path = out.join(name);
-            let record = record_artifact(&out, &path, name)?;
+            let record = record_artifact(&out, &path, name, known)?;
             manifest.outputs.insert(name.clone(), record);
         }
         manifest.key = staging.key;
@@ -450,7 +463,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     result
 }
 
-fn record_artifact(out: &Path, path: &Path, name: &str) -> Result<ArtifactRecord> {
+fn record_artifact(
+    out: &Path,
+    path: &Path,
+    name: &str,
+    known: &BTreeMap<String, (u64, Digest)>,
+) -> Result<ArtifactRecord> {
     let meta = fs::symlink_metadata(path).at("stat", path)?;
     let mut files = Vec::new();
     if meta.is_dir() {
@@ -462,13 +480,13 @@ fn record_artifact(out: &Path, path: &Path, name: &str) -> Result<ArtifactRecord
                 if m.is_dir() {
                     stack.push(p);
                 } else {
-                    files.push(record_file(out, &p)?);
+                    files.push(record_file(out, &p, known)?);
                 }
             }
         }
         sync_dir(path)?;
     } else {
-        files.push(record_file(out, path)?);
+        files.push(record_file(out, path, known)?);
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let mut h = crate::key::KeyHasher::new("onebit-pipe/artifact/v1");
@@ -485,10 +503,13 @@ fn record_artifact(out: &Path, path: &Path, name: &str) -> Result<ArtifactRecord
     })
 }
 
-fn record_file(out: &Path, path: &Path) -> Result<FileRecord> {
+fn record_file(
+    out: &Path,
+    path: &Path,
+    known: &BTreeMap<String, (u64, Digest)>,
+) -> Result<FileRecord> {
     let f = fs::File::open(path).at("open", path)?;
     f.sync_all().at("fsync", path)?;
-    let blake3 = Digest::of_file(path)?;
     let meta = f.metadata().at("stat", path)?;
     let rel = path
         .strip_prefix(out)
@@ -498,6 +519,10 @@ fn record_file(out: &Path, path: &Path) -> Result<FileRecord> {
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join("/");
+    let blake3 = match known.get(&rel) {
+        Some(&(size, digest)) if size == meta.len() => digest,
+        _ => Digest::of_file(path)?,
+    };
     Ok(FileRecord {
         path: rel,
         size: meta.len(),

@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -294,9 +294,4 @@ pub fn manifest_keys(server: &S3Server, prefix: &str) -> Vec<String> {
                 .then(|| parts[parts.len() - 2].to_string())
         })
         .collect()
-}
-
-/// Whether `path` exists, for readable assertions.
-pub fn exists(path: &Path) -> bool {
-    path.exists()
 }
