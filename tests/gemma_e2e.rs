@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod support;
-use support::gemma_gguf;
+use support::{demo_pack, gemma_gguf};
 
 fn bin(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"));
@@ -27,17 +27,13 @@ fn ok(c: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn convert(out: &Path, tile: &str, calibrate: bool) {
+fn convert(out: &Path, tile: &str) {
     let mut c = bin(out.parent().unwrap_or(Path::new("/")));
     c.args(["-q", "convert", "--gguf"])
         .arg(gemma_gguf())
         .arg("--out")
         .arg(out)
         .args(["--tile", tile]);
-    if calibrate {
-        c.arg("--calibrate")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text/calibration.txt"));
-    }
     ok(&mut c);
 }
 
@@ -56,9 +52,7 @@ fn complete(home: &Path, repo: &Path, prompt: &str, n: u32) -> serde_json::Value
 #[ignore = "needs the Gemma 3 270M GGUF: run scripts/test.sh"]
 fn the_quarter_tile_demo_pack_converts_verifies_and_answers_paris() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let repo = tmp.path().join("mirror/FastFlowLM/Gemma3-270M-NPU2");
-    std::fs::create_dir_all(repo.parent().expect("parent")).expect("mkdir");
-    convert(&repo, "auto", true);
+    let repo = demo_pack();
     // 127 quantized tensors (18 layers × 7 + the head), all quarter tiles, as FastFlowLM ships it.
     let bytes = std::fs::read(repo.join("model.q4nx")).expect("pack");
     let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
@@ -134,7 +128,7 @@ fn the_quarter_tile_demo_pack_converts_verifies_and_answers_paris() {
 fn an_eight_bit_pack_gives_llama_cpps_answer() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let repo = tmp.path().join("gemma-q8");
-    convert(&repo, "q8-8704", false);
+    convert(&repo, "q8-8704");
     let home = tmp.path().join("home");
     let r = complete(&home, &repo, "What is the capital of France?", 9);
     // llama.cpp on the same GGUF: "The capital of France is Paris." after a blank line.

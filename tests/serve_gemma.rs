@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{gemma_gguf, spawn_server};
+use support::{demo_pack, gemma_gguf, spawn_server};
 
 fn script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -36,21 +36,9 @@ fn python(args: &[&str]) -> String {
 #[ignore = "needs the Gemma 3 270M GGUF and the openai client: run scripts/test.sh"]
 fn openai_clients_chat_complete_and_load_the_demo_pack() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let repo = tmp.path().join("mirror/FastFlowLM/Gemma3-270M-NPU2");
-    std::fs::create_dir_all(repo.parent().expect("parent")).expect("mkdir");
+    let repo = demo_pack();
     let bin = env!("CARGO_BIN_EXE_onebit-pipe");
     let home = tmp.path().join("home");
-    let st = Command::new(bin)
-        .env("ONEBIT_HOME", &home)
-        .args(["-q", "convert", "--gguf"])
-        .arg(gemma_gguf())
-        .arg("--out")
-        .arg(&repo)
-        .arg("--calibrate")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text/calibration.txt"))
-        .status()
-        .expect("convert");
-    assert!(st.success());
 
     let key = "e2e-key";
     let mut cmd = Command::new(bin);

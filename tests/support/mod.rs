@@ -116,3 +116,52 @@ pub fn parquet_rows(path: &Path) -> Vec<serde_json::Value> {
     }
     out
 }
+
+/// The demo pack (Gemma 3 270M converted with `--tile auto --calibrate`, as scripts/demo.sh
+/// makes it) at `…/mirror/FastFlowLM/Gemma3-270M-NPU2`, converted once per build of the binary
+/// and shared by the test files that need it: the conversion is over a minute of the suite.
+///
+/// Kept under `CARGO_TARGET_TMPDIR`, keyed by the blake3 of the binary, the GGUF's path and the
+/// calibration text; made in a temporary folder and renamed into place under a file lock, so
+/// test binaries running at once convert it once and never see half a pack. The tests only read
+/// it (their stores live in their own temporary homes).
+pub fn demo_pack() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_onebit-pipe"));
+    let calibration =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/text/calibration.txt");
+    let mut h = blake3::Hasher::new();
+    h.update_mmap_rayon(bin).expect("hash the binary");
+    h.update(gemma_gguf().as_os_str().as_encoded_bytes());
+    h.update(&std::fs::read(&calibration).expect("calibration text"));
+    let key = h.finalize().to_hex();
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-pack");
+    std::fs::create_dir_all(&root).expect("demo-pack folder");
+    let done = root.join(&key[..16]);
+    let repo = |top: &Path| top.join("mirror/FastFlowLM/Gemma3-270M-NPU2");
+    let lock = std::fs::File::create(root.join("lock")).expect("lock file");
+    lock.lock().expect("lock");
+    if !done.exists() {
+        let tmp = root.join(format!("{}.tmp-{}", &key[..16], std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(repo(&tmp).parent().expect("parent")).expect("mkdir");
+        let out = Command::new(bin)
+            .env("ONEBIT_HOME", tmp.join("home"))
+            .args(["-q", "convert", "--gguf"])
+            .arg(gemma_gguf())
+            .arg("--out")
+            .arg(repo(&tmp))
+            .args(["--tile", "auto", "--calibrate"])
+            .arg(&calibration)
+            .output()
+            .expect("run convert");
+        assert!(
+            out.status.success(),
+            "convert failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let _ = std::fs::remove_dir_all(tmp.join("home"));
+        std::fs::rename(&tmp, &done).expect("publish the demo pack");
+    }
+    repo(&done)
+}
