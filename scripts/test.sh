@@ -4,6 +4,11 @@
 # including the ones marked #[ignore] for needing them, and ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t_start=$SECONDS
+# Each phase says what it does and how long it took (on stderr; the summary line is stdout's last).
+step() { printf '== %s\n' "$1" >&2; t_step=$SECONDS; }
+done_step() { printf '   done in %d s (%d s since the start)\n' $((SECONDS - t_step)) $((SECONDS - t_start)) >&2; }
+step "installing the cross-checks' tools (PyPI, apt, crates.io) and the Gemma 3 270M GGUF"
 python3 -m pip install -q --disable-pip-version-check numpy "gguf==0.19.0" huggingface_hub pyarrow "sentencepiece==0.2.3" protobuf "openai==3.57.0" >&2
 # XRT (Debian's libxrt-dev) and libclang for the NPU feature (bindgen over the XRT shim) and for
 # the check of our AXLF offsets against xclbin.h.
@@ -23,19 +28,29 @@ if ! command -v chromium >/dev/null && [ -z "${ONEBIT_CHROMIUM:-}" ] &&
 fi
 # s3s-fs (crates.io): the S3-compatible server the shared-store tests start on 127.0.0.1.
 if ! command -v s3s-fs >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s-fs" ]; then
-  cargo install -q s3s-fs --version 0.14.1 --features binary --locked >&2
+  # A debug build: the tests move kilobytes to a few megabytes through it, and it compiles in
+  # less than half the time of a release build.
+  cargo install -q s3s-fs --version 0.14.1 --features binary --locked --debug >&2
 fi
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF
+done_step
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # --lib --bins --tests: unit and integration tests (the crates carry no doctests).
+step "building the tests (a fresh clone compiles for about 20 minutes on 2 cores)"
+cargo test --workspace --no-run --lib --bins --tests
+done_step
+step "running every test, the ones needing the tools above included"
 cargo test --workspace --no-fail-fast --lib --bins --tests -- --include-ignored 2>&1 | tee "$log"
+done_step
 # The NPU feature: the XRT shim compiled, bindgen's bindings, linked against libxrt_coreutil; every
 # crate's unit tests with it on (the same dependency features as above: only the crates that see
 # the feature rebuild). Its lints run in .ci/run, after the workspace's.
 if [ -f /usr/include/xrt/xrt/xrt_device.h ]; then
+  step "the NPU feature: building and running every crate's unit tests with it"
   cargo test --workspace --features npu --lib 2>&1 | tee -a "$log"
+  done_step
 fi
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "summary: %d passed, %d failed\n", p, f }' "$log"

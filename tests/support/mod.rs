@@ -123,8 +123,8 @@ pub fn parquet_rows(path: &Path) -> Vec<serde_json::Value> {
 ///
 /// Kept under `CARGO_TARGET_TMPDIR`, keyed by the blake3 of the binary, the GGUF's path and the
 /// calibration text; made in a temporary folder and renamed into place under a file lock, so
-/// test binaries running at once convert it once and never see half a pack. The tests only read
-/// it (their stores live in their own temporary homes).
+/// test binaries running at once convert it once and never see half a pack; the packs of earlier
+/// builds are removed. The tests only read it (their stores live in their own temporary homes).
 pub fn demo_pack() -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_onebit-pipe"));
     let calibration =
@@ -141,8 +141,13 @@ pub fn demo_pack() -> PathBuf {
     let lock = std::fs::File::create(root.join("lock")).expect("lock file");
     lock.lock().expect("lock");
     if !done.exists() {
+        // A pack is half a gigabyte: the ones of earlier builds go.
+        for old in std::fs::read_dir(&root).expect("demo-pack folder").flatten() {
+            if old.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir_all(old.path());
+            }
+        }
         let tmp = root.join(format!("{}.tmp-{}", &key[..16], std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(repo(&tmp).parent().expect("parent")).expect("mkdir");
         let out = Command::new(bin)
             .env("ONEBIT_HOME", tmp.join("home"))
