@@ -28,9 +28,7 @@ if ! command -v chromium >/dev/null && [ -z "${ONEBIT_CHROMIUM:-}" ] &&
 fi
 # s3s-fs (crates.io): the S3-compatible server the shared-store tests start on 127.0.0.1.
 if ! command -v s3s-fs >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s-fs" ]; then
-  # A debug build: the tests move kilobytes to a few megabytes through it, and it compiles in
-  # less than half the time of a release build.
-  cargo install -q s3s-fs --version 0.14.1 --features binary --locked --debug >&2
+  cargo install -q s3s-fs --version 0.14.1 --features binary --locked >&2
 fi
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF
