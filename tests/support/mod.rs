@@ -142,7 +142,10 @@ pub fn demo_pack() -> PathBuf {
     lock.lock().expect("lock");
     if !done.exists() {
         // A pack is half a gigabyte: the ones of earlier builds go.
-        for old in std::fs::read_dir(&root).expect("demo-pack folder").flatten() {
+        for old in std::fs::read_dir(&root)
+            .expect("demo-pack folder")
+            .flatten()
+        {
             if old.file_type().is_ok_and(|t| t.is_dir()) {
                 let _ = std::fs::remove_dir_all(old.path());
             }
