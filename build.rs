@@ -3,8 +3,8 @@
 //!
 //! The binary is position-independent (ASLR), so every pointer in its read-only data (vtables,
 //! string tables) needs a load-time relocation; as classic RELA entries those were 10.6 MB of the
-//! installed binary, as DT_RELR a few hundred kB (docs/benchmarks.md, "Release build and
-//! binary"). glibc reads DT_RELR from 2.36 on; a binary linked this way does not start on an
+//! installed binary, as DT_RELR 70 kB (docs/benchmarks.md, "Per-crate optimization levels and
+//! packed relocations"). glibc reads DT_RELR from 2.36 on; a binary linked this way does not start on an
 //! older one, so the flag is only passed when the build machine's glibc is 2.36 or newer and the
 //! binary is built for that same machine (no cross compilation). Elsewhere it links as before.
 
