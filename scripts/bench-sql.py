@@ -3,7 +3,7 @@
 whole `onebit-pipe sql QUERY --format csv` processes, runs alternating, median (min-max) ms, and
 a check that every binary printed the same bytes.
 
-    scripts/bench-sql.py NAME=BINARY NAME=BINARY [--runs 15] [--pack FastFlowLM/Gemma3-270M-NPU2]
+    scripts/bench-sql.py NAME=BINARY NAME=BINARY [--runs 15] [--pack NAME] [--tensor NAME]
 
 The store is the binaries' default (ONEBIT_STORE or ~/.cache/onebit-pipe); run scripts/demo.sh
 first so that it holds the Gemma pack. Used to weigh the release profile's opt-levels of the SQL
@@ -16,7 +16,7 @@ import sys
 import time
 
 
-def queries(pack):
+def queries(pack, tensor):
     return {
         "packs": "SELECT name, verdict FROM packs",
         "tensor_stats group": "SELECT pack, count(*) AS tensors, sum(count) AS n, max(absmax) AS absmax "
@@ -24,7 +24,7 @@ def queries(pack):
         "verification join": "SELECT v.pack, v.tensor, v.verdict, round(v.corr, 3) AS c, t.kind, t.bytes "
         "FROM verification v JOIN tensors t ON t.pack = v.pack AND t.name = v.tensor ORDER BY v.corr LIMIT 5",
         "tensor_values agg": "SELECT count(*) AS n, avg(value) AS mean, min(value) AS lo, max(value) AS hi "
-        f"FROM tensor_values('{pack}', 'model.layers.0.mlp.gate_proj.weight')",
+        f"FROM tensor_values('{pack}', '{tensor}')",
         "block_stats top": "SELECT pack, name, block, round(absmax, 4) AS absmax FROM block_stats "
         "ORDER BY absmax DESC, pack, name, block LIMIT 5",
     }
@@ -35,10 +35,11 @@ def main():
     ap.add_argument("bins", nargs="+", metavar="NAME=BINARY")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--pack", default="FastFlowLM/Gemma3-270M-NPU2")
+    ap.add_argument("--tensor", default="model.layers.0.mlp.gate_proj.weight", help="for tensor_values")
     args = ap.parse_args()
     bins = dict(b.split("=", 1) for b in args.bins)
     names = list(bins)
-    for qname, q in queries(args.pack).items():
+    for qname, q in queries(args.pack, args.tensor).items():
         times = {n: [] for n in names}
         outputs = {}
         for _ in range(args.runs):

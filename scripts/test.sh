@@ -27,11 +27,13 @@ if ! command -v chromium >/dev/null && [ -z "${ONEBIT_CHROMIUM:-}" ] &&
     echo "note: chromium not installed: the report's browser test will fail" >&2
 fi
 # s3s-fs (crates.io): the S3-compatible server the shared-store tests start on 127.0.0.1. It
-# builds in the background, beside the test build (whose serial stretches leave a core idle), and
-# is waited for before the tests run.
-s3s_pid=
+# builds in the background, beside the test build, and is waited for before the tests run: on 2
+# cores that cost the test build 78 s and saved the 2-2.5 min s3s-fs takes alone
+# (docs/benchmarks.md, "Building").
+log=$(mktemp)
 s3s_log=$(mktemp)
-trap 'rm -f "$s3s_log"' EXIT
+s3s_pid=
+trap 'rm -f "$log" "$s3s_log"; [ -z "$s3s_pid" ] || kill "$s3s_pid" 2>/dev/null || true' EXIT
 if ! command -v s3s-fs >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s-fs" ]; then
   echo "   s3s-fs 0.14.1 building in the background" >&2
   cargo install -q s3s-fs --version 0.14.1 --features binary --locked >"$s3s_log" 2>&1 &
@@ -40,8 +42,6 @@ fi
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF
 done_step
-log=$(mktemp)
-trap 'rm -f "$log" "$s3s_log"; [ -z "$s3s_pid" ] || kill "$s3s_pid" 2>/dev/null || true' EXIT
 # --lib --bins --tests: unit and integration tests (the crates carry no doctests).
 step "building the tests (a fresh clone compiles for about 18 minutes on 2 cores)"
 cargo test --workspace --no-run --lib --bins --tests
