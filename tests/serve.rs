@@ -538,3 +538,125 @@ fn the_served_pack_has_its_verification_report_at_report_model() {
     assert!(String::from_utf8_lossy(&body).contains("model_not_found"));
     assert!(s.metric("onebit_http_requests_total{route=\"/report/{id}\",status=\"200\"}") >= 1.0);
 }
+
+/// Prompts longer than `--batch` are prefilled in chunks, and a chunk cut before the prompt's end
+/// needs no logits: the batch shape that once made every prompt of `--batch` tokens or more fail.
+/// On a pack of each mixer kind (attention, short convolution, gated DeltaNet), seeded prompts of
+/// 1 to 3 × `--batch` tokens (and, on the attention pack at the default `--batch` of 256, the
+/// lengths of the original report) go in at once, streamed, whole and abandoned mid-stream; every
+/// answer equals the same request's answer alone, and no forward pass panics.
+#[test]
+fn prompts_longer_than_the_batch_answer_as_alone_for_every_mixer_kind() {
+    for (case, batch, fixed) in [
+        ("llama", 256usize, &[201usize, 256, 257, 300, 600][..]),
+        ("lfm2", 8, &[8, 9, 16][..]),
+        ("qwen35", 8, &[8, 9, 16][..]),
+    ] {
+        let home = tempfile::tempdir().expect("tmp");
+        let gguf = support::oracle(case).join("model-q4_0.gguf");
+        let repo = home.path().join(case);
+        onebit_convert::convert(&gguf, &repo, &onebit_convert::ConvertOptions::default())
+            .expect("convert");
+        let b = batch.to_string();
+        let s = serve_repo(
+            home,
+            &repo,
+            &gguf,
+            &["--parallel", "3", "--batch", &b, "--ctx-size", "1024"],
+        );
+        // SplitMix64, seeded per case: the same prompts every run.
+        let mut state = 0x37u64 ^ case.len() as u64;
+        let mut rng = move || {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let mut lengths: Vec<usize> = fixed.to_vec();
+        lengths.extend((0..6).map(|_| 1 + (rng() % (3 * batch as u64)) as usize));
+        let prompts: Vec<Vec<u32>> = lengths
+            .iter()
+            .map(|&n| (0..n).map(|_| 3 + (rng() % 300) as u32).collect())
+            .collect();
+        let body = |ids: &[u32], stream: bool| json!({"prompt": ids, "max_tokens": 6, "temperature": 0, "stream": stream});
+        let alone: Vec<String> = prompts
+            .iter()
+            .map(|ids| {
+                let (st, v) = s.post("/v1/completions", &body(ids, false));
+                assert_eq!(st, 200, "{case}, {} prompt tokens alone: {v}", ids.len());
+                v["choices"][0]["text"].as_str().expect("text").to_string()
+            })
+            .collect();
+        let addr = s.addr;
+        let together: Vec<Option<String>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = prompts
+                .iter()
+                .enumerate()
+                .map(|(i, ids)| {
+                    let s = &s;
+                    sc.spawn(move || match i % 3 {
+                        0 => {
+                            let (st, v) = s.post("/v1/completions", &body(ids, false));
+                            assert_eq!(st, 200, "{case}, {} prompt tokens: {v}", ids.len());
+                            Some(v["choices"][0]["text"].as_str().expect("text").to_string())
+                        }
+                        1 => {
+                            let raw = body(ids, true).to_string();
+                            let (st, out) = s.post_raw("/v1/completions", "", raw.as_bytes());
+                            assert_eq!(st, 200, "{case}, {} prompt tokens streamed", ids.len());
+                            let data = sse_data(&out);
+                            assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+                            Some(
+                                data[..data.len() - 1]
+                                    .iter()
+                                    .filter_map(|d| {
+                                        let v: Value = serde_json::from_str(d).ok()?;
+                                        v["choices"][0]["text"].as_str().map(str::to_string)
+                                    })
+                                    .collect(),
+                            )
+                        }
+                        _ => {
+                            // Sends the request, reads the first bytes of the stream, hangs up.
+                            let raw = body(ids, true).to_string();
+                            let mut c = TcpStream::connect(addr).expect("connect");
+                            write!(
+                                c,
+                                "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{raw}",
+                                raw.len()
+                            )
+                            .expect("send");
+                            let mut buf = [0u8; 64];
+                            let _ = c.read(&mut buf);
+                            None
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("client"))
+                .collect()
+        });
+        for ((got, want), n) in together.iter().zip(&alone).zip(&lengths) {
+            if let Some(got) = got {
+                assert_eq!(got, want, "{case}: {n} prompt tokens together vs alone");
+            }
+        }
+        let t0 = Instant::now();
+        while s.metric("onebit_running_sequences") > 0.0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "{case}: slots not freed"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(s.metric("onebit_model_panics_total"), 0.0, "{case}");
+        assert_eq!(
+            s.metric("onebit_generations_total{reason=\"error\""),
+            0.0,
+            "{case}"
+        );
+    }
+}

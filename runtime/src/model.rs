@@ -261,9 +261,9 @@ impl Session {
 
     /// Says that whatever reads this session's logits uses only the `k` best of each row (greedy:
     /// 1; top-k sampling: k); 0 (the default) means the whole distribution (perplexity, full
-    /// sampling). When every wanted row of a pass reads at most the re-scored candidates, the
-    /// model ranks them with the pack's scan head (if it has one) instead of the tiled head, and
-    /// the other logits are −∞.
+    /// sampling). A row whose reader uses at most the re-scored candidates is ranked with the
+    /// pack's scan head (if it has one) instead of the tiled head, and its other logits are −∞;
+    /// the choice is per row, never by the other rows of a batch.
     pub fn read_top(&mut self, k: usize) {
         self.reads_top = k;
     }
@@ -822,6 +822,9 @@ impl Model {
     }
 
     fn matmul(&self, w: &Weight, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
         match w {
             Weight::Tiled {
                 layout,
@@ -1300,6 +1303,11 @@ impl Model {
         for (s, &end) in sessions.iter_mut().zip(&next) {
             s.pos = end;
         }
+        if want.is_empty() {
+            // A prompt chunk that needs no logits (its prompt goes on in a later pass): the
+            // caches and states above are all it produces.
+            return Ok(Vec::new());
+        }
         let mut xs = Vec::with_capacity(want.len() * h);
         for &t in want {
             xs.extend_from_slice(&x[t * h..(t + 1) * h]);
@@ -1310,26 +1318,72 @@ impl Model {
             self.record(&["lm_head.weight".to_string()], &xs, want.len());
             return Ok(Vec::new());
         }
-        let mut logits = vec![0f32; want.len() * sp.vocab];
-        // Every wanted row's reader uses only re-scored candidates: rank with the scan head.
-        let top_only = want.iter().all(|&w| {
-            let k = sessions[rows[w].0].reads_top;
-            k > 0 && k <= self.rescore
-        });
-        let scan = self.pack.head_scan().filter(|_| top_only);
-        match scan {
-            Some(scan) => scan.matmul(self.path, &xs, want.len(), &mut logits),
-            None => self.matmul(&self.head, &xs, want.len(), &mut logits)?,
-        }
-        if let (Some(scale), k) = (self.exact_head, self.rescore) {
-            let exact = crate::head::ExactHead {
-                rows: &self.pack.map()[self.embed.clone()],
-                k: h,
-                scale,
+        let reads: Vec<usize> = want
+            .iter()
+            .map(|&w| sessions[rows[w].0].reads_top)
+            .collect();
+        self.head_logits(&reads, &xs)
+    }
+
+    /// The head's logits for `reads.len()` final hidden states `xs`, row-major `[row][vocab]`.
+    /// Each row is ranked by what its own reader needs: a reader that only uses the `reads[i]`
+    /// best candidates (at most the re-scored count) gets the scan head's ranking with exact
+    /// candidates, every other row the full head. The rows of each kind run as one product, and
+    /// a row's numbers never depend on the other rows of the batch.
+    fn head_logits(&self, reads: &[usize], xs: &[f32]) -> Result<Vec<f32>> {
+        let (h, vocab) = (self.spec.hidden, self.spec.vocab);
+        let n = reads.len();
+        let mut logits = vec![0f32; n * vocab];
+        let scan = self.pack.head_scan();
+        let by_scan: Vec<bool> = reads
+            .iter()
+            .map(|&k| scan.is_some() && k > 0 && k <= self.rescore)
+            .collect();
+        for kind in [true, false] {
+            let idx: Vec<usize> = (0..n).filter(|&i| by_scan[i] == kind).collect();
+            if idx.is_empty() {
+                continue;
+            }
+            // The common case, every row of one kind, runs in place; a mix gathers each kind.
+            let whole = idx.len() == n;
+            let gathered: Vec<f32>;
+            let gx = if whole {
+                xs
+            } else {
+                gathered = idx
+                    .iter()
+                    .flat_map(|&i| &xs[i * h..(i + 1) * h])
+                    .copied()
+                    .collect();
+                &gathered[..]
             };
-            crate::head::rescore(&mut logits, &xs, want.len(), exact, k, scan.is_some());
+            let mut part = if whole {
+                std::mem::take(&mut logits)
+            } else {
+                vec![0f32; idx.len() * vocab]
+            };
+            match scan.filter(|_| kind) {
+                Some(scan) => scan.matmul(self.path, gx, idx.len(), &mut part),
+                None => self.matmul(&self.head, gx, idx.len(), &mut part)?,
+            }
+            if let (Some(scale), k) = (self.exact_head, self.rescore) {
+                let exact = crate::head::ExactHead {
+                    rows: &self.pack.map()[self.embed.clone()],
+                    k: h,
+                    scale,
+                };
+                crate::head::rescore(&mut part, gx, idx.len(), exact, k, kind);
+            }
+            if whole {
+                logits = part;
+            } else {
+                for (j, &i) in idx.iter().enumerate() {
+                    logits[i * vocab..(i + 1) * vocab]
+                        .copy_from_slice(&part[j * vocab..(j + 1) * vocab]);
+                }
+            }
         }
-        if let Some(cap) = sp.final_softcap {
+        if let Some(cap) = self.spec.final_softcap {
             for v in logits.iter_mut() {
                 *v = cap * (*v / cap).tanh();
             }

@@ -16,9 +16,9 @@ const D: usize = 64;
 const NH: usize = 2;
 const NKV: usize = 1;
 const F: usize = 256;
-const V: usize = 64;
+pub(crate) const V: usize = 64;
 
-fn spec(qk: QkNorm, act: Act, sandwich: bool) -> ModelSpec {
+pub(crate) fn spec(qk: QkNorm, act: Act, sandwich: bool) -> ModelSpec {
     let rope = |base: f32| RopeTable {
         inv_freq: (0..D / 2)
             .map(|i| base.powf(-(2.0 * i as f32) / D as f32))
@@ -67,13 +67,18 @@ fn spec(qk: QkNorm, act: Act, sandwich: bool) -> ModelSpec {
 }
 
 /// Writes a pack with random weights for `spec` into `dir`.
-fn write_pack(dir: &std::path::Path, spec: &ModelSpec) {
+pub(crate) fn write_pack(dir: &std::path::Path, spec: &ModelSpec) {
     write_pack_with(dir, spec, false, false);
 }
 
 /// [`write_pack`], with `lm_head.weight` stored as (random) tiles when `tiled_head`, and the
 /// embedding's 2-bit scan head when `scan`.
-fn write_pack_with(dir: &std::path::Path, spec: &ModelSpec, tiled_head: bool, scan: bool) {
+pub(crate) fn write_pack_with(
+    dir: &std::path::Path,
+    spec: &ModelSpec,
+    tiled_head: bool,
+    scan: bool,
+) {
     let layout = TileLayout::by_name("Q41_1280").expect("layout");
     let mut tensors: Vec<(String, &str, Vec<u64>, Vec<u8>)> = Vec::new();
     let mut seed = 1u64;
@@ -845,7 +850,7 @@ fn interleaved_and_alone(m: &Model) -> [(Session, Session); 2] {
 }
 
 /// A hybrid of short-convolution and attention layers (LFM2's shape).
-fn conv_spec() -> ModelSpec {
+pub(crate) fn conv_spec() -> ModelSpec {
     let mut sp = spec(QkNorm::BeforeRope, Act::Silu, false);
     let conv = LayerSpec {
         window: None,
@@ -929,7 +934,7 @@ fn a_context_reset_clears_the_recurrent_state() {
 
 /// A Qwen3.5-shaped hybrid: gated-DeltaNet layers around a gated attention layer, the value heads
 /// in `order`.
-fn delta_spec(order: ValueHeadOrder) -> ModelSpec {
+pub(crate) fn delta_spec(order: ValueHeadOrder) -> ModelSpec {
     let mut sp = spec(QkNorm::BeforeRope, Act::Silu, false);
     let gdn = LayerSpec {
         window: None,
@@ -987,4 +992,74 @@ fn gated_deltanet_prefill_leaves_exactly_the_state_and_logits_of_single_steps() 
     let mut s = grouped.session(16);
     let other = grouped.forward(&mut s, &toks, true).expect("grouped");
     assert_ne!(bits(&other), bits(&all));
+}
+
+/// Every batch shape the scheduler builds is valid for every kernel: a prompt chunk that needs no
+/// logits (zero head rows), decode rows only, and a mix of both, on packs with and without the
+/// scan head and of each mixer kind. A chunk without logits returns none and leaves the same
+/// caches and states as the prompt run whole.
+#[test]
+fn batches_with_no_logit_rows_advance_the_caches_and_return_no_logits() {
+    let sp = spec(QkNorm::BeforeRope, Act::GeluTanh, true);
+    let scan_dir = tempfile::tempdir().expect("t");
+    write_pack_with(scan_dir.path(), &sp, true, true);
+    let mut scan = Model::load(Pack::open(scan_dir.path(), false).expect("open")).expect("load");
+    scan.set_head_rescore(4);
+    let (_a, attn) = load(&sp);
+    let (_c, conv) = load(&conv_spec());
+    let (_d, delta) = load(&delta_spec(ValueHeadOrder::Tiled));
+    let toks: Vec<u32> = vec![1, 5, 9, 33, 7, 7, 60, 12, 3];
+    for (name, m) in [
+        ("scan head", &scan),
+        ("attention", &attn),
+        ("short convolution", &conv),
+        ("gated deltanet", &delta),
+    ] {
+        for reads_top in [0, 1] {
+            // Whole prompt at once.
+            let mut whole = m.session(32);
+            whole.read_top(reads_top);
+            let want = m.forward(&mut whole, &toks, false).expect("whole");
+            // The same prompt in chunks of 4, the first two asking for no logits.
+            let mut chunked = m.session(32);
+            chunked.read_top(reads_top);
+            let rows = |ts: &[u32]| ts.iter().map(|&t| (0usize, t)).collect::<Vec<_>>();
+            for chunk in [&toks[..4], &toks[4..8]] {
+                let l = m
+                    .forward_batch(&mut [&mut chunked], &rows(chunk), &[])
+                    .expect("chunk without logits");
+                assert!(l.is_empty(), "{name}: no rows wanted, no logits");
+            }
+            let got = m
+                .forward_batch(&mut [&mut chunked], &rows(&toks[8..]), &[0])
+                .expect("last chunk");
+            assert_eq!(bits(&got), bits(&want), "{name} (reads {reads_top})");
+            assert_eq!(chunked.pos, toks.len());
+            // An empty batch is no pass at all.
+            let none = m
+                .forward_batch(&mut [&mut chunked], &[], &[])
+                .expect("empty batch");
+            assert!(none.is_empty());
+            assert_eq!(chunked.pos, toks.len());
+            // Decode rows of two sequences beside a chunk of a third that needs no logits: the
+            // decode rows get their single-sequence numbers whatever the third reads.
+            let mut other = m.session(32);
+            other.read_top(1 - reads_top);
+            let mut solo = chunked.clone();
+            let alone = m.forward(&mut solo, &[11], false).expect("alone");
+            let mut third = m.session(32);
+            let mixed = m
+                .forward_batch(
+                    &mut [&mut chunked, &mut third, &mut other],
+                    &[(0, 11), (1, 4), (1, 8), (2, 9)],
+                    &[0, 3],
+                )
+                .expect("mixed");
+            assert_eq!(
+                bits(&mixed[..V]),
+                bits(&alone),
+                "{name}: decode row beside others"
+            );
+        }
+    }
 }

@@ -13,6 +13,7 @@ pub mod semantics;
 pub mod serve;
 pub mod sql;
 pub mod status;
+pub mod versions;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

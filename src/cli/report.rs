@@ -81,7 +81,7 @@ pub fn write(
     tensors: &[String],
 ) -> anyhow::Result<PathBuf> {
     let store = g.store()?;
-    let catalog = Catalog::open(&store, &super::run::current_versions())?;
+    let catalog = Catalog::open(&store, &super::versions::current_versions())?;
     let mut opts = Options::new(pack);
     opts.histograms = tensors.to_vec();
     let reports = g

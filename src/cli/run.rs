@@ -1,6 +1,5 @@
 //! `onebit-pipe run`: build the graph for a source and run it against the store.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -82,15 +81,6 @@ fn resolve_reference(
         );
     };
     super::fetch::fetch_file(g, &rf, endpoint).with_context(|| format!("GGUF reference {text}"))
-}
-
-/// The versions of every stage this build knows, for `status`.
-pub fn current_versions() -> BTreeMap<String, u32> {
-    let mut v = onebit_stages::stage_versions();
-    for i in 0..onebit_pipeline::demo::DEMO_EDGES.len() {
-        v.insert(format!("gen-{i}"), 1);
-    }
-    v
 }
 
 /// The `run` arguments that rebuild a ref, from its recorded source.

@@ -284,8 +284,9 @@ fn report_source(g: &Global, source: &PackSource) -> Option<onebit_runtime::serv
     Some(onebit_runtime::server::ReportSource(std::sync::Arc::new(
         move || {
             let store = g.store().map_err(|e| format!("{e:#}"))?;
-            let catalog = onebit_catalog::Catalog::open(&store, &super::run::current_versions())
-                .map_err(|e| e.to_string())?;
+            let catalog =
+                onebit_catalog::Catalog::open(&store, &super::versions::current_versions())
+                    .map_err(|e| e.to_string())?;
             onebit_catalog::report::html(&catalog, &onebit_catalog::report::Options::new(&name))
                 .map_err(|e| e.to_string())
         },

@@ -26,7 +26,7 @@ pub struct SqlArgs {
 /// Runs the query or the prompt.
 pub fn exec(g: &Global, a: SqlArgs) -> anyhow::Result<ExitCode> {
     let store = g.store()?;
-    let catalog = Catalog::open(&store, &super::run::current_versions())?;
+    let catalog = Catalog::open(&store, &super::versions::current_versions())?;
     let Some(query) = a.query else {
         return repl(&catalog, &store);
     };

@@ -18,7 +18,7 @@ pub struct StatusArgs {
 /// Prints the status of every ref; with `--json`, one JSON object per ref.
 pub fn exec(g: &Global, a: StatusArgs) -> anyhow::Result<ExitCode> {
     let store = g.store()?;
-    let current = super::run::current_versions();
+    let current = super::versions::current_versions();
     let refs = status(&store, &current, a.deep)?;
     if g.json {
         for r in &refs {

@@ -219,6 +219,10 @@ pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &m
     let Some(first) = mats.first() else {
         return;
     };
+    if n == 0 {
+        // No rows: nothing to read, nothing to write (a batch may carry no row of a product).
+        return;
+    }
     assert_eq!(mats.len(), ys.len(), "one output per matrix");
     let (k, kp) = (first.k, first.k_padded());
     for (m, y) in mats.iter().zip(ys.iter()) {

@@ -146,6 +146,9 @@ impl<'a> ScanMatrix<'a> {
     pub fn matmul(&self, path: Path, x: &[f32], n: usize, y: &mut [f32]) {
         assert_eq!(x.len(), n * self.k, "activation size");
         assert_eq!(y.len(), n * self.rows, "output size");
+        if n == 0 {
+            return;
+        }
         let kp = k_padded(self.k);
         let acts = Activations::new(x, n, self.k, kp);
         let tok: Vec<Token> = (0..n).map(|t| Token::new(&acts, t)).collect();

@@ -59,6 +59,9 @@ pub struct Metrics {
     pub queued: Gauge,
     /// 1 once the model is loaded.
     pub ready: Gauge,
+    /// Forward passes that panicked. Each is a bug in the model code: the requests in that batch
+    /// failed, and the log holds the batch's shape.
+    pub model_panics: Counter,
 }
 
 fn latency_hist() -> Histogram {
@@ -81,6 +84,7 @@ impl Metrics {
             running: Gauge::default(),
             queued: Gauge::default(),
             ready: Gauge::default(),
+            model_panics: Counter::default(),
         };
         let registry = &mut m.registry;
         registry.register(
@@ -133,6 +137,11 @@ impl Metrics {
             "ready",
             "1 once the model is loaded and serving",
             m.ready.clone(),
+        );
+        registry.register(
+            "model_panics",
+            "Forward passes that panicked (a bug; the batch's requests failed and its shape is logged)",
+            m.model_panics.clone(),
         );
         m
     }

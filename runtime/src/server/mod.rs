@@ -9,6 +9,8 @@
 pub mod api;
 pub mod metrics;
 pub mod scheduler;
+#[cfg(test)]
+mod scheduler_tests;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -192,13 +192,23 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
         if active.is_empty() {
             continue;
         }
-        let step =
-            std::panic::catch_unwind(AssertUnwindSafe(|| iterate(engine, limits, m, &mut active)));
+        let mut shape = Shape::default();
+        let step = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            iterate(engine, limits, m, &mut active, &mut shape)
+        }));
         let done: Vec<usize> = match step {
             Ok(done) => done,
-            Err(_) => {
-                tracing::error!("the model panicked; failing the running requests");
+            Err(panic) => {
+                // A bug, not an answer: counted, and logged with what the batch held so the
+                // failing shape can be replayed.
+                m.model_panics.inc();
+                tracing::error!(
+                    panic = panic_text(panic.as_ref()),
+                    batch = %shape,
+                    "the model panicked; failing the running requests"
+                );
                 for s in &active {
+                    m.finish("error");
                     let _ = s
                         .job
                         .events
@@ -211,11 +221,63 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
             let s = active.swap_remove(i);
             pool.push(s.session);
         }
+        m.running.set(active.len() as i64);
     }
 }
 
+/// What one forward batch held, for the log when it fails: its rows, the rows that needed
+/// logits, and per sequence its prompt length, the prompt tokens fed before this batch, its rows
+/// in this batch and the tokens it had generated.
+#[derive(Debug, Default)]
+struct Shape {
+    rows: usize,
+    logits_rows: usize,
+    seqs: Vec<SeqShape>,
+}
+
+#[derive(Debug)]
+struct SeqShape {
+    prompt_tokens: usize,
+    fed: usize,
+    rows: usize,
+    generated: usize,
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} rows, {} needing logits;",
+            self.rows, self.logits_rows
+        )?;
+        for (i, s) in self.seqs.iter().enumerate() {
+            write!(
+                f,
+                " seq {i}: prompt {} tokens, {} fed before, {} rows now, {} generated;",
+                s.prompt_tokens, s.fed, s.rows, s.generated
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The message of a caught panic.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
 /// One forward batch; returns the indices of sequences that ended (ascending).
-fn iterate(engine: &Engine, limits: Limits, m: &Metrics, active: &mut [Seq]) -> Vec<usize> {
+/// `shape` is filled before the forward pass runs, so a panic inside it can be reported.
+fn iterate(
+    engine: &Engine,
+    limits: Limits,
+    m: &Metrics,
+    active: &mut [Seq],
+    shape: &mut Shape,
+) -> Vec<usize> {
     let mut rows: Vec<(usize, u32)> = Vec::new();
     let mut want: Vec<(usize, usize)> = Vec::new(); // (row, sequence)
     for (i, s) in active.iter().enumerate() {
@@ -243,6 +305,18 @@ fn iterate(engine: &Engine, limits: Limits, m: &Metrics, active: &mut [Seq]) -> 
         budget -= take;
     }
     m.batch_rows.observe(rows.len() as f64);
+    shape.rows = rows.len();
+    shape.logits_rows = want.len();
+    shape.seqs = active
+        .iter()
+        .enumerate()
+        .map(|(i, s)| SeqShape {
+            prompt_tokens: s.job.ids.len(),
+            fed: s.fed,
+            rows: rows.iter().filter(|r| r.0 == i).count(),
+            generated: s.dec.tokens().len(),
+        })
+        .collect();
     let wanted: Vec<usize> = want.iter().map(|&(r, _)| r).collect();
     let logits = {
         let mut sessions: Vec<&mut Session> = active.iter_mut().map(|s| &mut s.session).collect();
