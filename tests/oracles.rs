@@ -153,6 +153,12 @@ fn compare(ours: &[f32], oracle: &[Vec<f32>]) -> (f32, Vec<usize>) {
     (max, wrong)
 }
 
+/// blake3 of the logits' f32 bit patterns, little-endian (first 16 hex digits).
+fn bits_digest(v: &[f32]) -> String {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
+    blake3::hash(&bytes).to_hex()[..16].to_string()
+}
+
 fn check(case: &str) {
     let reference = oracle_reference(case);
     let ids = oracle_ids(&reference);
@@ -188,6 +194,13 @@ fn check(case: &str) {
                 "{case} {quant} {config}: prefill max |diff| {max_p:.4}, decode {max_d:.4} (int8 activations alone: {int8:.4}), argmax mismatches {} / {}",
                 wrong_p.len(),
                 wrong_d.len()
+            );
+            // The exact bits, for comparing two builds (a refactor must leave them identical):
+            // `cargo test --test oracles -- --nocapture 2>&1 | grep 'logits blake3'`.
+            eprintln!(
+                "{case} {quant} {config}: logits blake3 prefill {} decode {}",
+                bits_digest(&prefill),
+                bits_digest(&decode)
             );
             assert!(
                 max_p <= bound && max_d <= bound,

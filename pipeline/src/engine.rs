@@ -19,7 +19,8 @@ use crate::progress::{Event, Reporter};
 use crate::record::{StageEvent, Status, write_records};
 use crate::refs::{RefRecord, RefStage, read_ref, write_ref};
 use crate::stage::{InputSource, Stage, StageContext};
-use crate::store::{Freshness, Manifest, Store, now_ms, now_ns};
+use crate::store::{Freshness, Manifest, now_ms, now_ns};
+use crate::tiered::Store;
 
 /// How to run a graph.
 #[derive(Clone, Debug)]

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::digest::Digest;
 use crate::error::{IoContext, Result};
 use crate::key::KeyHasher;
-use crate::store::{Store, mtime_ns, write_atomic};
+use crate::store::{LocalStore, mtime_ns, write_atomic};
 
 #[derive(Serialize, Deserialize)]
 struct Memo {
@@ -32,7 +32,7 @@ fn ino(_meta: &fs::Metadata) -> u64 {
 }
 
 /// The digest of one file, from the memo when (path, size, mtime, inode) are unchanged.
-pub fn file_digest(store: &Store, path: &Path) -> Result<Digest> {
+pub fn file_digest(store: &LocalStore, path: &Path) -> Result<Digest> {
     let abs = fs::canonicalize(path).at("resolve", path)?;
     let meta = fs::metadata(&abs).at("stat", &abs)?;
     let id = abs.to_string_lossy().into_owned();
@@ -68,7 +68,7 @@ pub fn file_digest(store: &Store, path: &Path) -> Result<Digest> {
 
 /// The digest of a file, or of a directory as its sorted (relative path, size, digest) list.
 /// Symbolic links are followed; the total size is returned too.
-pub fn path_digest(store: &Store, path: &Path) -> Result<(Digest, u64)> {
+pub fn path_digest(store: &LocalStore, path: &Path) -> Result<(Digest, u64)> {
     let meta = fs::metadata(path).at("stat", path)?;
     if !meta.is_dir() {
         return Ok((file_digest(store, path)?, meta.len()));

@@ -1,7 +1,8 @@
 //! # onebit-pipeline
 //!
 //! A generic engine for content-addressed DAGs of stages. It owns the [`Stage`] trait, the
-//! [`Graph`], cache keys ([`key`]), the [`Store`] with atomic publication and locks, run records
+//! [`Graph`], cache keys ([`key`]), the [`LocalStore`] with atomic publication and locks, the [`Store`] that puts a
+//! shared store on object storage behind it, run records
 //! ([`record`]), refs and their [`status`](maintenance::status), [`gc`](maintenance::gc), and
 //! progress events ([`progress`]).
 //!
@@ -26,10 +27,12 @@ pub mod lock;
 pub mod maintenance;
 pub mod progress;
 pub mod record;
+pub mod ref_record;
 pub mod refs;
 pub mod shared;
 pub mod stage;
 pub mod store;
+pub mod tiered;
 
 pub use dag::Graph;
 pub use digest::Digest;
@@ -38,4 +41,5 @@ pub use error::{Error, Result, StageError};
 pub use progress::{Event, NullReporter, Reporter};
 pub use record::{StageEvent, Status};
 pub use stage::{Input, InputSource, Stage, StageContext};
-pub use store::Store;
+pub use store::LocalStore;
+pub use tiered::Store;

@@ -10,7 +10,8 @@ use crate::digest::Digest;
 use crate::error::{IoContext, Result};
 use crate::lock::LockMode;
 use crate::refs::list_refs;
-use crate::store::{Freshness, Store, du};
+use crate::store::{Freshness, du};
+use crate::tiered::Store;
 
 /// The state of one stage of a ref.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -30,7 +29,6 @@ use serde_json::Value;
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
 use crate::lock::{FileLock, LockMode};
-use crate::shared::SharedStore;
 
 /// The name of the store's format directory under `$ONEBIT_HOME`.
 pub const STORE_FORMAT_DIR: &str = "store-v1";
@@ -114,7 +112,7 @@ pub enum Freshness {
     },
 }
 
-/// A staging directory for one stage run; dropped without [`Store::publish`] it is deleted.
+/// A staging directory for one stage run; dropped without [`LocalStore::publish`] it is deleted.
 pub struct Staging {
     dir: PathBuf,
     key: Digest,
@@ -136,7 +134,7 @@ impl Drop for Staging {
     }
 }
 
-/// A store entry as listed by [`Store::entries`].
+/// A store entry as listed by [`LocalStore::entries`].
 #[derive(Clone, Debug)]
 pub struct EntryInfo {
     /// The key.
@@ -151,15 +149,15 @@ pub struct EntryInfo {
     pub files: u64,
 }
 
-/// The content-addressed store: local, or a shared store on object storage with the local one
-/// in front as its read-through cache.
+/// The local content-addressed store: entries, locks, refs, run records and the hash cache under
+/// one directory. It knows nothing of shared stores: [`crate::tiered::Store`] puts a shared one
+/// behind it.
 #[derive(Clone, Debug)]
-pub struct Store {
+pub struct LocalStore {
     root: PathBuf,
-    shared: Option<Arc<SharedStore>>,
 }
 
-impl Store {
+impl LocalStore {
     /// `$ONEBIT_HOME`, else `$XDG_CACHE_HOME/onebit-pipe`, else `~/.cache/onebit-pipe`.
     pub fn default_home() -> PathBuf {
         if let Some(h) = std::env::var_os("ONEBIT_HOME").filter(|h| !h.is_empty()) {
@@ -175,35 +173,13 @@ impl Store {
     }
 
     /// Opens (creating as needed) the store under `home`.
-    pub fn open(home: &Path) -> Result<Store> {
+    pub fn open(home: &Path) -> Result<LocalStore> {
         let root = home.join(STORE_FORMAT_DIR);
         for sub in ["entries", "tmp", "locks", "refs", "runs", "hashcache"] {
             let d = root.join(sub);
             fs::create_dir_all(&d).at("create", &d)?;
         }
-        Ok(Store { root, shared: None })
-    }
-
-    /// Opens the shared store at `url` (`s3://bucket/prefix`) with the local store under `home`
-    /// as its cache. Access is checked first: wrong credentials fail before anything is written.
-    pub fn open_shared(home: &Path, url: &str) -> Result<Store> {
-        let shared = SharedStore::open(url)?;
-        let mut store = Store::open(home)?;
-        store.shared = Some(Arc::new(shared));
-        Ok(store)
-    }
-
-    /// Opens the store `url` names: a shared one for `s3://…`, else the local one under `home`.
-    pub fn open_url(home: &Path, url: Option<&str>) -> Result<Store> {
-        match url.filter(|u| !u.is_empty()) {
-            Some(u) => Store::open_shared(home, u),
-            None => Store::open(home),
-        }
-    }
-
-    /// The shared store this local store caches, if any.
-    pub fn shared(&self) -> Option<&Arc<SharedStore>> {
-        self.shared.as_ref()
+        Ok(LocalStore { root })
     }
 
     /// The store's format directory.
@@ -345,7 +321,7 @@ impl Store {
         self.publish_known(staging, manifest, outputs, &BTreeMap::new())
     }
 
-    /// [`Store::publish`] where the blake3 of some files is already known (by `out/`-relative
+    /// [`LocalStore::publish`] where the blake3 of some files is already known (by `out/`-relative
     /// path, with its size): a file fetched from the shared store was hashed as it arrived and
     /// checked against the manifest, so it is not read again. Any other file is hashed.
     pub fn publish_known(

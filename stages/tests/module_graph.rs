@@ -1,5 +1,6 @@
-//! The crate's layering, read from its sources: no two files import each other (directly or round
-//! a longer loop), and the domain code never imports a stage or the graph. An import is a
+//! The workspace's layering, read from its sources: in no crate do two files import each other
+//! (directly or round a longer loop), and the stages' domain code never imports a stage or the
+//! graph. An import is a
 //! `crate::…` or `super::…` path outside comments; a module using its own ancestors' items (a
 //! family file using the `Semantics` type its parent defines) is nesting, not an import, and is not
 //! counted.
@@ -7,7 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Module path of every `.rs` file under `src` (`lib.rs` is the root, `x/mod.rs` is `x`).
+/// Module path of every `.rs` file under `src` (`lib.rs` or `main.rs` is the root, `x/mod.rs`
+/// is `x`).
 fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
     let mut out = BTreeMap::new();
     let mut stack = vec![src.to_path_buf()];
@@ -27,7 +29,8 @@ fn modules(src: &Path) -> BTreeMap<Vec<String>, PathBuf> {
                 .components()
                 .map(|c| c.as_os_str().to_string_lossy().into_owned())
                 .collect();
-            if path.last().is_some_and(|l| l == "mod" || l == "lib") {
+            let root = path.len() == 1 && (path[0] == "lib" || path[0] == "main");
+            if root || path.last().is_some_and(|l| l == "mod") {
                 path.pop();
             }
             out.insert(path, p);
@@ -172,10 +175,30 @@ fn crate_src(name: &str) -> PathBuf {
         .join("src")
 }
 
+/// Every crate of the workspace: the members the root `Cargo.toml` lists, and the binary at the
+/// root itself (`.`).
+fn workspace_crates() -> Vec<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("root Cargo.toml");
+    let line = manifest
+        .lines()
+        .find(|l| l.trim_start().starts_with("members"))
+        .expect("a members line");
+    let mut crates: Vec<String> = line
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    assert!(crates.len() >= 5, "members: {line}");
+    crates.push(".".into());
+    crates
+}
+
 #[test]
-fn no_two_files_of_the_stages_or_the_converter_import_each_other() {
-    for krate in ["stages", "convert"] {
-        let g = graph(&crate_src(krate));
+fn no_two_files_of_any_crate_import_each_other() {
+    for krate in workspace_crates() {
+        let g = graph(&crate_src(&krate));
         assert!(g.len() > 5, "{krate}: only {} modules found", g.len());
         if let Some(c) = find_cycle(&g) {
             let names: Vec<String> = c.iter().map(|p| show(p)).collect();

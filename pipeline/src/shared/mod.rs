@@ -41,8 +41,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::Digest;
 use crate::error::{Error, IoContext, Result};
-use crate::refs::RefRecord;
-use crate::store::{Manifest, STORE_FORMAT_DIR, Store, now_ns};
+use crate::ref_record::RefRecord;
+use crate::store::{LocalStore, Manifest, STORE_FORMAT_DIR, now_ns};
 
 /// The contents of the `FORMAT` object.
 const FORMAT_TEXT: &str = "onebit-pipe store-v1\n";
@@ -480,7 +480,7 @@ impl SharedStore {
 
     /// Fetches entry `key` into the local store, verifying every file's size and blake3 against
     /// the shared manifest; `None` if it is not published.
-    pub fn pull(&self, store: &Store, key: &Digest) -> Result<Option<Manifest>> {
+    pub fn pull(&self, store: &LocalStore, key: &Digest) -> Result<Option<Manifest>> {
         let Some(shared) = self.manifest(key)? else {
             return Ok(None);
         };
@@ -691,7 +691,7 @@ impl SharedStore {
     /// manifest, created only if absent. When another importer published the key first, its entry
     /// wins: identical artifacts are kept as they are, different ones replace the local entry (so
     /// that every machine's downstream keys agree). Returns the manifest now in force.
-    pub fn push(&self, store: &Store, manifest: Manifest) -> Result<Manifest> {
+    pub fn push(&self, store: &LocalStore, manifest: Manifest) -> Result<Manifest> {
         let key = manifest.key;
         let upload = Digest::of_bytes(format!("{}:{}", self.holder, now_ns()).as_bytes()).short();
         for art in manifest.outputs.values() {
