@@ -1,0 +1,236 @@
+//! Attention with its KV cache: q/k/v projections (with biases, q/k norms before or after RoPE,
+//! a gated output where the model has one), this pass's keys and values written into each
+//! sequence's cache, causal attention over the cache (a sliding window where the layer has one,
+//! GQA groups read together), and the output projection.
+
+use rayon::prelude::*;
+
+use super::mixer::{Mixing, Pass};
+use super::weight::{Binder, Weight};
+use super::{Model, PARALLEL_ROWS};
+use crate::error::Result;
+use crate::ops;
+use crate::spec::{ModelSpec, QkNorm};
+
+/// The attention weights of one layer.
+pub(super) struct Attention {
+    q: Weight,
+    k: Weight,
+    v: Weight,
+    o: Weight,
+    q_bias: Option<Vec<f32>>,
+    k_bias: Option<Vec<f32>>,
+    v_bias: Option<Vec<f32>>,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    /// Floats per token of the KV cache (K and V each).
+    kv_rows: usize,
+}
+
+impl Attention {
+    /// Binds layer `i`'s `self_attn.*` tensors.
+    pub fn load(b: &Binder<'_>, i: usize, spec: &ModelSpec) -> Result<Attention> {
+        let n = |s: &str| format!("model.layers.{i}.self_attn.{s}");
+        let (h, qr, kvr) = (spec.hidden, spec.q_rows(), spec.kv_rows());
+        let add1 = spec.norm_add_one;
+        let qk = spec.qk_norm != QkNorm::Off;
+        let q_rows = if spec.attn_output_gate { 2 * qr } else { qr };
+        Ok(Attention {
+            q: b.weight(&n("q_proj.weight"), q_rows, h)?,
+            k: b.weight(&n("k_proj.weight"), kvr, h)?,
+            v: b.weight(&n("v_proj.weight"), kvr, h)?,
+            o: b.weight(&n("o_proj.weight"), h, qr)?,
+            q_bias: b.opt_vector(&n("q_proj.bias"), false)?,
+            k_bias: b.opt_vector(&n("k_proj.bias"), false)?,
+            v_bias: b.opt_vector(&n("v_proj.bias"), false)?,
+            q_norm: if qk {
+                Some(b.vector(&n("q_norm.weight"), add1)?)
+            } else {
+                None
+            },
+            k_norm: if qk {
+                Some(b.vector(&n("k_norm.weight"), add1)?)
+            } else {
+                None
+            },
+            kv_rows: kvr,
+        })
+    }
+}
+
+impl Mixing for Attention {
+    fn forward(
+        &self,
+        m: &Model,
+        li: usize,
+        hbuf: &[f32],
+        pass: &mut Pass<'_, '_>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let sp = &m.spec;
+        let ls = &sp.layers[li];
+        let n = pass.rows();
+        let (d, nh, nkv) = (sp.head_dim, sp.heads, sp.kv_heads);
+        let (qr, kvr) = (sp.q_rows(), sp.kv_rows());
+        let rope = &sp.ropes[ls.rope];
+        let lname = |s: &str| format!("model.layers.{li}.self_attn.{s}");
+        let rec = m.recording();
+        if rec {
+            m.record(
+                &[
+                    lname("q_proj.weight"),
+                    lname("k_proj.weight"),
+                    lname("v_proj.weight"),
+                ],
+                hbuf,
+                n,
+            );
+        }
+        let (mut q, mut k, mut v) = (vec![0f32; n * qr], vec![0f32; n * kvr], vec![0f32; n * kvr]);
+        let mut att = vec![0f32; n * qr];
+        let mut gate = Vec::new();
+        let seq_pos = &pass.seq_pos;
+        if sp.attn_output_gate {
+            // q_proj's rows are all q, then all gates (the pack's stacked order).
+            let mut qg = vec![0f32; n * 2 * qr];
+            m.matmul_many(
+                &[&self.q, &self.k, &self.v],
+                hbuf,
+                n,
+                &mut [&mut qg[..], &mut k[..], &mut v[..]],
+            )?;
+            gate.resize(n * qr, 0.0);
+            for ((row, qt), gt) in qg
+                .chunks_exact(2 * qr)
+                .zip(q.chunks_exact_mut(qr))
+                .zip(gate.chunks_exact_mut(qr))
+            {
+                qt.copy_from_slice(&row[..qr]);
+                gt.copy_from_slice(&row[qr..]);
+            }
+        } else {
+            m.matmul_many(
+                &[&self.q, &self.k, &self.v],
+                hbuf,
+                n,
+                &mut [&mut q[..], &mut k[..], &mut v[..]],
+            )?;
+        }
+        for (buf, bias) in [
+            (&mut q, &self.q_bias),
+            (&mut k, &self.k_bias),
+            (&mut v, &self.v_bias),
+        ] {
+            if let Some(b) = bias {
+                for row in buf.chunks_exact_mut(b.len()) {
+                    for (a, &bb) in row.iter_mut().zip(b) {
+                        *a += bb;
+                    }
+                }
+            }
+        }
+        let norm_heads = |buf: &mut [f32], w: &Option<Vec<f32>>| {
+            if let Some(w) = w {
+                ops::rmsnorm_inplace(buf, w, sp.eps);
+            }
+        };
+        if sp.qk_norm == QkNorm::BeforeRope {
+            norm_heads(&mut q, &self.q_norm);
+            norm_heads(&mut k, &self.k_norm);
+        }
+        let angles = pass.angles[ls.rope].get_or_insert_with(|| {
+            seq_pos
+                .iter()
+                .map(|&(_, p)| ops::rope_angles(p, &rope.inv_freq, rope.attention_factor))
+                .collect()
+        });
+        let rotate = |((qt, kt), a): ((&mut [f32], &mut [f32]), &ops::RopeAngles)| {
+            for head in qt.chunks_exact_mut(d).chain(kt.chunks_exact_mut(d)) {
+                a.rotate(head);
+            }
+        };
+        if n >= PARALLEL_ROWS {
+            q.par_chunks_exact_mut(qr)
+                .zip(k.par_chunks_exact_mut(kvr))
+                .zip(angles.par_iter())
+                .for_each(rotate);
+        } else {
+            q.chunks_exact_mut(qr)
+                .zip(k.chunks_exact_mut(kvr))
+                .zip(angles.iter())
+                .for_each(rotate);
+        }
+        if sp.qk_norm == QkNorm::AfterRope {
+            norm_heads(&mut q, &self.q_norm);
+            norm_heads(&mut k, &self.k_norm);
+        }
+        for (t, &(i, p)) in seq_pos.iter().enumerate() {
+            let s = &mut pass.sessions[i];
+            s.k[li][p * kvr..(p + 1) * kvr].copy_from_slice(&k[t * kvr..(t + 1) * kvr]);
+            s.v[li][p * kvr..(p + 1) * kvr].copy_from_slice(&v[t * kvr..(t + 1) * kvr]);
+        }
+        let caches: Vec<(&[f32], &[f32])> = pass
+            .sessions
+            .iter()
+            .map(|s| (&s.k[li][..], &s.v[li][..]))
+            .collect();
+        let group = (nh / nkv.max(1)).max(1);
+        let q = &q[..];
+        // One task per (row, KV head) reads each cached key and value once for the whole GQA
+        // group of query heads; with fewer such tasks than threads (one KV head, one token) the
+        // heads run as separate tasks. Both orders do exactly the same arithmetic per head.
+        let grouped = group > 1 && n * nkv >= rayon::current_num_threads();
+        let heads_per_task = if grouped { group } else { 1 };
+        att.par_chunks_mut(heads_per_task * d)
+            .enumerate()
+            .for_each(|(idx, out)| {
+                let first = idx * heads_per_task;
+                let (t, h0) = (first / nh, first % nh);
+                let (i, p) = seq_pos[t];
+                let (kc, vc) = caches[i];
+                let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+                let kvh = h0 / group;
+                let span = p + 1 - lo;
+                let mut sc = vec![0f32; heads_per_task * span];
+                for (jj, j) in (lo..=p).enumerate() {
+                    let kj = &kc[j * kvr + kvh * d..j * kvr + kvh * d + d];
+                    for g in 0..heads_per_task {
+                        let hh = h0 + g;
+                        let qv = &q[t * qr + hh * d..t * qr + hh * d + d];
+                        let mut s = ops::dot(qv, kj) * sp.attn_scale;
+                        if let Some(cap) = sp.attn_softcap {
+                            s = cap * (s / cap).tanh();
+                        }
+                        sc[g * span + jj] = s;
+                    }
+                }
+                for row in sc.chunks_exact_mut(span) {
+                    ops::softmax(row);
+                }
+                out.fill(0.0);
+                for (jj, j) in (lo..=p).enumerate() {
+                    let vj = &vc[j * kvr + kvh * d..j * kvr + kvh * d + d];
+                    for (g, o) in out.chunks_exact_mut(d).enumerate() {
+                        ops::axpy(o, sc[g * span + jj], vj);
+                    }
+                }
+            });
+        if sp.attn_output_gate {
+            for (a, &g) in att.iter_mut().zip(gate.iter()) {
+                *a *= ops::sigmoid(g);
+            }
+        }
+        if rec {
+            m.record(&[lname("o_proj.weight")], &att, n);
+        }
+        m.matmul(&self.o, &att, n, out)
+    }
+
+    fn weights(&self) -> Vec<&Weight> {
+        vec![&self.q, &self.k, &self.v, &self.o]
+    }
+
+    fn kv_rows(&self) -> usize {
+        self.kv_rows
+    }
+}

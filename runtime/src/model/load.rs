@@ -1,0 +1,213 @@
+//! From a verified pack to a [`Model`]: every tensor bound to its role by the spec (each mixer
+//! binds its own), the head chosen (tiles, or the tied bf16 embedding), and the load-time kernel
+//! self-check that refuses a pack whose tiles the kernels would misread.
+
+use std::sync::{Arc, Mutex};
+
+use super::attention::Attention;
+use super::delta_net::{DeltaDims, DeltaNet};
+use super::ffn::Ffn;
+use super::mixer::{Layer, Mixing};
+use super::short_conv::ShortConv;
+use super::weight::{Binder, Weight};
+use super::{DEFAULT_HEAD_RESCORE, Model};
+use crate::backend::Host;
+use crate::error::{Error, Result};
+use crate::kernels::{self, Path as KPath, QMatrix};
+use crate::pack::Pack;
+use crate::spec::{Mixer, ModelSpec};
+
+/// Result of the load-time kernel self-check.
+#[derive(Clone, Debug)]
+pub struct SelfCheck {
+    /// Kernel path used.
+    pub path: &'static str,
+    /// Matrices checked.
+    pub matrices: usize,
+    /// Largest relative error against the reference decode.
+    pub max_rel: f32,
+}
+
+/// Largest relative error the self-check accepts (f32 accumulation over K ≤ 16k).
+pub const SELF_CHECK_TOLERANCE: f32 = 1e-4;
+
+/// The mixer of layer `i`, as the spec names it: the one line per mixer kind.
+fn mixer(b: &Binder<'_>, i: usize, spec: &ModelSpec) -> Result<Box<dyn Mixing>> {
+    let h = spec.hidden;
+    Ok(match spec.layers[i].mixer {
+        Mixer::Attention => Box::new(Attention::load(b, i, spec)?),
+        Mixer::ShortConv { kernel } => Box::new(ShortConv::load(b, i, h, kernel)?),
+        Mixer::GatedDeltaNet {
+            key_heads,
+            key_dim,
+            value_heads,
+            value_dim,
+            kernel,
+            value_order,
+        } => Box::new(DeltaNet::load(
+            b,
+            i,
+            h,
+            DeltaDims {
+                nk: key_heads,
+                dk: key_dim,
+                nv: value_heads,
+                dv: value_dim,
+                kernel,
+                order: value_order,
+            },
+        )?),
+    })
+}
+
+/// Layer `i`: its norms (sandwich norms where the spec has them), mixer and FFN.
+fn layer(b: &Binder<'_>, i: usize, spec: &ModelSpec) -> Result<Layer> {
+    let n = |s: &str| format!("model.layers.{i}.{s}");
+    let add1 = spec.norm_add_one;
+    let (post_attn_norm, ffn_norm, post_ffn_norm) = if spec.sandwich_norms {
+        (
+            Some(b.vector(&n("post_attention_layernorm.weight"), add1)?),
+            b.vector(&n("pre_feedforward_layernorm.weight"), add1)?,
+            Some(b.vector(&n("post_feedforward_layernorm.weight"), add1)?),
+        )
+    } else {
+        (
+            None,
+            b.vector(&n("post_attention_layernorm.weight"), add1)?,
+            None,
+        )
+    };
+    let mixing = mixer(b, i, spec)?;
+    Ok(Layer {
+        attn_norm: b.vector(&n("input_layernorm.weight"), add1)?,
+        mixing,
+        post_attn_norm,
+        ffn_norm,
+        post_ffn_norm,
+        ffn: Ffn::load(b, i, spec.hidden, spec.ffn)?,
+    })
+}
+
+impl Model {
+    /// Binds the pack's tensors to the spec's roles; names the missing or unreadable tensor.
+    pub fn load(pack: Pack) -> Result<Model> {
+        Self::load_with(pack, KPath::detect())
+    }
+
+    /// [`Model::load`] with an explicit kernel path (benchmarks, tests).
+    pub fn load_with(pack: Pack, path: KPath) -> Result<Model> {
+        let spec = pack.manifest.model.clone().ok_or_else(|| Error::Refused {
+            pack: pack.dir.clone(),
+            reason: pack
+                .manifest
+                .host_refusal
+                .clone()
+                .unwrap_or_else(|| "no runnable model".into()),
+        })?;
+        let b = Binder { pack: &pack };
+        let h = spec.hidden;
+        let layers = (0..spec.layers.len())
+            .map(|i| layer(&b, i, &spec))
+            .collect::<Result<Vec<_>>>()?;
+        let embed_name = crate::pack::EMBEDDING_NAMES
+            .into_iter()
+            .find(|n| b.has(n))
+            .unwrap_or(crate::pack::EMBEDDING_NAMES[0]);
+        let es = pack.stored(embed_name).ok_or_else(|| Error::Pack {
+            pack: pack.dir.clone(),
+            what: format!("tensor {embed_name} is missing"),
+        })?;
+        if es.dtype != "BF16" || es.range.len() != spec.vocab * h * 2 {
+            return Err(b.bad(format!(
+                "{embed_name}: expected {}×{h} BF16, found {} {:?}",
+                spec.vocab, es.dtype, es.shape
+            )));
+        }
+        let embed = es.range.clone();
+        let head = if b.has("lm_head.weight") {
+            b.weight("lm_head.weight", spec.vocab, h)?
+        } else {
+            Weight::Bf16 {
+                rows: spec.vocab,
+                k: h,
+                range: embed.clone(),
+                scale: 1.0 / spec.tied_head_divisor,
+            }
+        };
+        let norm = b.vector("model.norm.weight", spec.norm_add_one)?;
+        let exact_head = (spec.tied_head && matches!(head, Weight::Tiled { .. }))
+            .then_some(1.0 / spec.tied_head_divisor);
+        Ok(Model {
+            pack,
+            spec,
+            path,
+            backend: Arc::new(Host { path }),
+            embed,
+            layers,
+            norm,
+            head,
+            exact_head,
+            rescore: if exact_head.is_some() {
+                DEFAULT_HEAD_RESCORE
+            } else {
+                0
+            },
+            stats: Mutex::new(None),
+        })
+    }
+
+    fn all_weights(&self) -> Vec<&Weight> {
+        let mut v = vec![&self.head];
+        for l in &self.layers {
+            v.extend(l.mixing.weights());
+            v.extend(l.ffn.weights());
+        }
+        v
+    }
+
+    /// Checks the kernel against the reference decode on every tiled matrix of the pack (first
+    /// and last row block each); refuses to run when one disagrees.
+    pub fn self_check(&self) -> Result<SelfCheck> {
+        let mut worst = 0f32;
+        let mut count = 0;
+        let verdict = |max_rel: f32, what: String| -> Result<()> {
+            if max_rel > SELF_CHECK_TOLERANCE || !max_rel.is_finite() {
+                return Err(Error::Refused {
+                    pack: self.pack.dir.clone(),
+                    reason: format!(
+                        "kernel self-check failed on {what}: relative error {max_rel} vs the reference decode"
+                    ),
+                });
+            }
+            Ok(())
+        };
+        for w in self.all_weights() {
+            if let Weight::Tiled {
+                layout,
+                rows,
+                k,
+                range,
+            } = w
+            {
+                let data = &self.pack.map()[range.clone()];
+                let m = QMatrix::new(*layout, *rows, *k, data)
+                    .ok_or_else(|| Error::Internal("matrix size changed".into()))?;
+                let r = kernels::self_check(&m, self.path);
+                verdict(r.max_rel, format!("a {} matrix ({rows}×{k})", layout.name))?;
+                worst = worst.max(r.max_rel);
+                count += 1;
+            }
+        }
+        if let Some(m) = self.pack.head_scan() {
+            let r = kernels::scan::self_check(&m, self.path);
+            verdict(r.max_rel, format!("the scan head ({}×{})", m.rows, m.k))?;
+            worst = worst.max(r.max_rel);
+            count += 1;
+        }
+        Ok(SelfCheck {
+            path: self.path.name(),
+            matrices: count,
+            max_rel: worst,
+        })
+    }
+}

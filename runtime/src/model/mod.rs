@@ -1,0 +1,352 @@
+//! The host forward pass: a decoder-only transformer driven by [`ModelSpec`] flags, on the pack's
+//! own tiles, with a KV cache and batched prefill.
+//!
+//! ```text
+//! mod.rs         Model: the layer loop (forward, forward_batch) and the head
+//! load.rs        Model::load, the kernel self-check: from a verified pack to layers
+//! mixer.rs       Mixing (the trait every mixer implements), Pass, Layer, the residual
+//! attention.rs   attention with its KV cache
+//! short_conv.rs  LFM2's gated short convolution
+//! delta_net.rs   Qwen3.5's gated DeltaNet
+//! ffn.rs         the gated FFN
+//! session.rs     Session: KV cache and recurrent state per sequence
+//! weight.rs      Weight, tensor binding, the products (tiles through the backend)
+//! stats.rs       input statistics for calibration
+//! ```
+//!
+//! Each layer is norm → mixer → residual → norm → FFN → residual; a batch holds rows of several
+//! sequences at once, and each row's numbers are exactly those of its sequence run alone.
+
+mod attention;
+mod delta_net;
+mod ffn;
+mod load;
+mod mixer;
+mod session;
+mod short_conv;
+mod stats;
+mod weight;
+
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::kernels::Path as KPath;
+use crate::ops;
+use crate::pack::Pack;
+use crate::spec::ModelSpec;
+pub use load::{SELF_CHECK_TOLERANCE, SelfCheck};
+use mixer::{Layer, Pass, add_branch};
+pub use session::Session;
+use stats::Collecting;
+pub use stats::{ActStats, InputStats};
+use weight::Weight;
+
+/// A loaded model: the pack, its bound weights and the kernel path.
+pub struct Model {
+    /// The pack.
+    pub pack: Pack,
+    /// The model description.
+    pub spec: ModelSpec,
+    path: KPath,
+    backend: Arc<dyn Backend>,
+    embed: std::ops::Range<usize>,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    head: Weight,
+    /// The exact head when the stored head is tiles of a tied embedding (see [`crate::head`]).
+    exact_head: Option<f32>,
+    /// Candidates per token re-scored against the exact head (0 = none).
+    rescore: usize,
+    stats: std::sync::Mutex<Option<Collecting>>,
+}
+
+/// Rows in a batch from which the element-wise steps (RoPE, the gate activation) run in parallel:
+/// below it the hand-over costs more than the work.
+const PARALLEL_ROWS: usize = 4;
+
+/// Candidates per token that [`Model::load`] re-scores against the exact head by default. On
+/// Gemma 3 270M's 4-bit pack top-1 agreement is the same from 8 candidates up and perplexity keeps
+/// improving to 128 (23.26 at 8, 22.88 at 128); the 2-bit scan head's worst rank of the exact
+/// choice on the essay is 105 (docs/runtime.md).
+pub const DEFAULT_HEAD_RESCORE: usize = 128;
+
+impl Model {
+    /// Re-scores the `k` best candidates of each token's tiled head against the exact head (the
+    /// bf16 embedding of a tied model; see [`crate::head`]); 0 turns it off. Returns the count in
+    /// effect: 0 when the head is not tiles of a tied embedding, where nothing is approximate or
+    /// nothing exact is in the pack.
+    pub fn set_head_rescore(&mut self, k: usize) -> usize {
+        self.rescore = if self.exact_head.is_some() {
+            k.min(self.spec.vocab)
+        } else {
+            0
+        };
+        self.rescore
+    }
+
+    /// Candidates per token re-scored against the exact head (0 = none).
+    pub fn head_rescore(&self) -> usize {
+        self.rescore
+    }
+
+    /// The host kernel path in use (embedding-sized bf16 products and the self-check).
+    pub fn kernel_path(&self) -> KPath {
+        self.path
+    }
+
+    /// Runs the tiled products on `backend` from now on (the NPU backend, or its emulation).
+    pub fn set_backend(&mut self, backend: Arc<dyn Backend>) {
+        self.backend = backend;
+    }
+
+    /// The backend running the tiled products.
+    pub fn backend_name(&self) -> String {
+        self.backend.name()
+    }
+
+    /// Bytes of KV cache and recurrent state a `capacity`-token session holds.
+    pub fn session_bytes(&self, capacity: usize) -> usize {
+        let floats: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                let m = &l.mixing;
+                2 * capacity * m.kv_rows() + m.conv_state() + m.ssm_state()
+            })
+            .sum();
+        floats * std::mem::size_of::<f32>()
+    }
+
+    /// A session whose cache pages are all resident now: a server's memory is then fixed when
+    /// it starts, not creeping up as sequences grow into untouched pages.
+    pub fn resident_session(&self, capacity: usize) -> Session {
+        let mut s = self.session(capacity);
+        for buf in s.k.iter_mut().chain(s.v.iter_mut()) {
+            // One write per 4 KiB page; black_box keeps the zero stores from being elided.
+            for i in (0..buf.len()).step_by(1024) {
+                buf[i] = std::hint::black_box(0.0);
+            }
+        }
+        s
+    }
+
+    /// A fresh sequence with room for `capacity` tokens.
+    pub fn session(&self, capacity: usize) -> Session {
+        let cache = |l: &Layer| vec![0f32; capacity * l.mixing.kv_rows()];
+        Session {
+            pos: 0,
+            capacity,
+            k: self.layers.iter().map(cache).collect(),
+            v: self.layers.iter().map(cache).collect(),
+            conv: self
+                .layers
+                .iter()
+                .map(|l| vec![0f32; l.mixing.conv_state()])
+                .collect(),
+            ssm: self
+                .layers
+                .iter()
+                .map(|l| vec![0f32; l.mixing.ssm_state()])
+                .collect(),
+            reads_top: 0,
+        }
+    }
+
+    /// Runs `tokens` at positions `s.pos..`, appending to the cache. Returns the logits of every
+    /// token (`all`) or of the last one, row-major `[tokens][vocab]`.
+    pub fn forward(&self, s: &mut Session, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
+        let n = tokens.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(usize, u32)> = tokens.iter().map(|&t| (0, t)).collect();
+        let want: Vec<usize> = if all { (0..n).collect() } else { vec![n - 1] };
+        self.forward_batch(&mut [s], &rows, &want)
+    }
+
+    /// Runs one batch of rows from several sequences at once: row `(i, token)` appends `token`
+    /// to `sessions[i]` at its next position (rows of one sequence in order). Every matrix is read
+    /// once for the whole batch, so decoding many sequences together costs little more than one
+    /// (continuous batching), and a prompt chunk can ride along with other sequences' decode rows.
+    /// Returns the logits of the rows in `want`, row-major `[want][vocab]`; each row's numbers are
+    /// exactly what a single-sequence [`Model::forward`] gives it.
+    pub fn forward_batch(
+        &self,
+        sessions: &mut [&mut Session],
+        rows: &[(usize, u32)],
+        want: &[usize],
+    ) -> Result<Vec<f32>> {
+        if rayon::current_thread_index().is_some() {
+            return self.forward_batch_here(sessions, rows, want);
+        }
+        // Run the whole pass on a worker of the pool: the ~4 parallel products per layer then
+        // start there instead of each handing work over from this thread and waking it again.
+        let mut out = None;
+        rayon::scope(|s| s.spawn(|_| out = Some(self.forward_batch_here(sessions, rows, want))));
+        out.unwrap_or_else(|| Err(Error::Internal("the forward pass did not run".into())))
+    }
+
+    fn forward_batch_here(
+        &self,
+        sessions: &mut [&mut Session],
+        rows: &[(usize, u32)],
+        want: &[usize],
+    ) -> Result<Vec<f32>> {
+        let sp = &self.spec;
+        let n = rows.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        // Each row's sequence and position; refuse before touching any cache.
+        let mut next: Vec<usize> = sessions.iter().map(|s| s.pos).collect();
+        let mut seq_pos = Vec::with_capacity(n);
+        for &(i, _) in rows {
+            let p = next.get_mut(i).ok_or_else(|| Error::Request {
+                field: "batch",
+                reason: format!("row names sequence {i} of {}", sessions.len()),
+            })?;
+            seq_pos.push((i, *p));
+            *p += 1;
+        }
+        for (s, &end) in sessions.iter().zip(&next) {
+            if end > s.capacity {
+                return Err(Error::Request {
+                    field: "context",
+                    reason: format!(
+                        "{} tokens in context plus {} new exceed the {}-token context",
+                        s.pos,
+                        end - s.pos,
+                        s.capacity
+                    ),
+                });
+            }
+        }
+        if let Some(&w) = want.iter().find(|&&w| w >= n) {
+            return Err(Error::Request {
+                field: "batch",
+                reason: format!("logits asked for row {w} of {n}"),
+            });
+        }
+        let h = sp.hidden;
+        let emb = &self.pack.map()[self.embed.clone()];
+        let mut x = vec![0f32; n * h];
+        for (t, &(_, tok)) in rows.iter().enumerate() {
+            let id = tok as usize;
+            if id >= sp.vocab {
+                return Err(Error::Request {
+                    field: "tokens",
+                    reason: format!("token id {id} is outside the {}-token vocabulary", sp.vocab),
+                });
+            }
+            for (j, c) in emb[id * h * 2..(id + 1) * h * 2]
+                .chunks_exact(2)
+                .enumerate()
+            {
+                x[t * h + j] = half::bf16::from_le_bytes([c[0], c[1]]).to_f32() * sp.embed_scale;
+            }
+        }
+        let mut hbuf = vec![0f32; n * h];
+        let mut o = vec![0f32; n * h];
+        let mut ffn = ffn::Scratch::new(n, sp.ffn);
+        let mut pass = Pass::new(sessions, seq_pos, sp.ropes.len());
+        for (li, l) in self.layers.iter().enumerate() {
+            ops::rmsnorm(&x, &l.attn_norm, sp.eps, &mut hbuf);
+            l.mixing.forward(self, li, &hbuf, &mut pass, &mut o)?;
+            add_branch(&mut x, &mut o, l.post_attn_norm.as_deref(), sp.eps);
+            ops::rmsnorm(&x, &l.ffn_norm, sp.eps, &mut hbuf);
+            l.ffn.forward(self, li, &hbuf, n, &mut ffn, &mut o)?;
+            add_branch(&mut x, &mut o, l.post_ffn_norm.as_deref(), sp.eps);
+        }
+        pass.commit();
+        for (s, &end) in sessions.iter_mut().zip(&next) {
+            s.pos = end;
+        }
+        if want.is_empty() {
+            // A prompt chunk that needs no logits (its prompt goes on in a later pass): the
+            // caches and states above are all it produces.
+            return Ok(Vec::new());
+        }
+        let mut xs = Vec::with_capacity(want.len() * h);
+        for &t in want {
+            xs.extend_from_slice(&x[t * h..(t + 1) * h]);
+        }
+        ops::rmsnorm_inplace(&mut xs, &self.norm, sp.eps);
+        if self.recording() {
+            // Collecting statistics needs the head's inputs, not its outputs: skip the product.
+            self.record(&["lm_head.weight".to_string()], &xs, want.len());
+            return Ok(Vec::new());
+        }
+        let reads: Vec<usize> = want
+            .iter()
+            .map(|&w| sessions[rows[w].0].reads_top)
+            .collect();
+        self.head_logits(&reads, &xs)
+    }
+
+    /// The head's logits for `reads.len()` final hidden states `xs`, row-major `[row][vocab]`.
+    /// Each row is ranked by what its own reader needs: a reader that only uses the `reads[i]`
+    /// best candidates (at most the re-scored count) gets the scan head's ranking with exact
+    /// candidates, every other row the full head. The rows of each kind run as one product, and
+    /// a row's numbers never depend on the other rows of the batch.
+    fn head_logits(&self, reads: &[usize], xs: &[f32]) -> Result<Vec<f32>> {
+        let (h, vocab) = (self.spec.hidden, self.spec.vocab);
+        let n = reads.len();
+        let mut logits = vec![0f32; n * vocab];
+        let scan = self.pack.head_scan();
+        let by_scan: Vec<bool> = reads
+            .iter()
+            .map(|&k| scan.is_some() && k > 0 && k <= self.rescore)
+            .collect();
+        for kind in [true, false] {
+            let idx: Vec<usize> = (0..n).filter(|&i| by_scan[i] == kind).collect();
+            if idx.is_empty() {
+                continue;
+            }
+            // The common case, every row of one kind, runs in place; a mix gathers each kind.
+            let whole = idx.len() == n;
+            let gathered: Vec<f32>;
+            let gx = if whole {
+                xs
+            } else {
+                gathered = idx
+                    .iter()
+                    .flat_map(|&i| &xs[i * h..(i + 1) * h])
+                    .copied()
+                    .collect();
+                &gathered[..]
+            };
+            let mut part = if whole {
+                std::mem::take(&mut logits)
+            } else {
+                vec![0f32; idx.len() * vocab]
+            };
+            match scan.filter(|_| kind) {
+                Some(scan) => scan.matmul(self.path, gx, idx.len(), &mut part),
+                None => self.matmul(&self.head, gx, idx.len(), &mut part)?,
+            }
+            if let (Some(scale), k) = (self.exact_head, self.rescore) {
+                let exact = crate::head::ExactHead {
+                    rows: &self.pack.map()[self.embed.clone()],
+                    k: h,
+                    scale,
+                };
+                crate::head::rescore(&mut part, gx, idx.len(), exact, k, kind);
+            }
+            if whole {
+                logits = part;
+            } else {
+                for (j, &i) in idx.iter().enumerate() {
+                    logits[i * vocab..(i + 1) * vocab]
+                        .copy_from_slice(&part[j * vocab..(j + 1) * vocab]);
+                }
+            }
+        }
+        if let Some(cap) = self.spec.final_softcap {
+            for v in logits.iter_mut() {
+                *v = cap * (*v / cap).tanh();
+            }
+        }
+        Ok(logits)
+    }
+}

@@ -1,0 +1,99 @@
+//! One sequence's state: its position, the KV cache of each attention layer and the recurrent
+//! state of each short-convolution or gated-DeltaNet layer, and how much of each row's logits its
+//! reader uses. The forward pass writes it; `Model::session` makes one sized for the model.
+
+/// The KV cache, recurrent state and position of one sequence. A clone is an independent copy
+/// that continues from the same point (a fork of the sequence).
+#[derive(Clone)]
+pub struct Session {
+    /// Tokens processed so far.
+    pub pos: usize,
+    /// Capacity in tokens.
+    pub capacity: usize,
+    /// Per layer: cached keys and values (empty for layers without attention).
+    pub(super) k: Vec<Vec<f32>>,
+    pub(super) v: Vec<Vec<f32>>,
+    /// Per layer: a short-convolution layer's last `kernel − 1` inputs, oldest first, `[tap][H]`
+    /// (empty for other layers). Zero at position 0, as the convolution's causal padding is.
+    pub(super) conv: Vec<Vec<f32>>,
+    /// Per layer: a gated-DeltaNet layer's state, `[value head][key dim][value dim]` (empty for
+    /// other layers).
+    pub(super) ssm: Vec<Vec<f32>>,
+    /// How many of the best logits the sampler reading this session uses (0 = all of them).
+    pub(super) reads_top: usize,
+}
+
+impl Session {
+    /// A session without a cache: what stays in a finished slot once its cache is back in the pool.
+    #[cfg(feature = "server")]
+    pub(crate) fn empty() -> Session {
+        Session {
+            pos: 0,
+            capacity: 0,
+            k: Vec::new(),
+            v: Vec::new(),
+            conv: Vec::new(),
+            ssm: Vec::new(),
+            reads_top: 0,
+        }
+    }
+
+    /// Says that whatever reads this session's logits uses only the `k` best of each row (greedy:
+    /// 1; top-k sampling: k); 0 (the default) means the whole distribution (perplexity, full
+    /// sampling). A row whose reader uses at most the re-scored candidates is ranked with the
+    /// pack's scan head (if it has one) instead of the tiled head, and its other logits are −∞;
+    /// the choice is per row, never by the other rows of a batch.
+    pub fn read_top(&mut self, k: usize) {
+        self.reads_top = k;
+    }
+
+    /// Forgets everything after position `pos` (keeps a shared prompt prefix) and returns the
+    /// position kept. Recurrent state (a convolution's last inputs, a delta-rule state) holds no history
+    /// to rewind to: a session with such layers goes back to position 0, its state cleared,
+    /// whenever `pos` is before its current position. Truncating to 0 always starts afresh.
+    pub fn truncate(&mut self, pos: usize) -> usize {
+        if pos >= self.pos {
+            return self.pos;
+        }
+        if pos == 0 || self.has_recurrent_state() {
+            for c in self.conv.iter_mut().chain(self.ssm.iter_mut()) {
+                c.fill(0.0);
+            }
+            self.pos = 0;
+        } else {
+            self.pos = pos;
+        }
+        self.pos
+    }
+
+    /// Whether any layer keeps recurrent state (which cannot be rewound; see
+    /// [`Session::truncate`]).
+    pub fn has_recurrent_state(&self) -> bool {
+        self.conv.iter().chain(&self.ssm).any(|c| !c.is_empty())
+    }
+
+    /// A gated-DeltaNet layer's state, `[value head][key dim][value dim]` (empty for other
+    /// layers; tests compare states).
+    pub fn ssm_state(&self, layer: usize) -> &[f32] {
+        &self.ssm[layer]
+    }
+
+    /// A convolution's state: its last `kernel − 1` inputs, oldest first, `[tap][channel]`
+    /// (hidden channels for a short convolution, q/k/v for a gated DeltaNet; empty for
+    /// attention layers; tests compare states).
+    pub fn conv_state(&self, layer: usize) -> &[f32] {
+        &self.conv[layer]
+    }
+
+    /// The cached keys of `layer` for positions `< pos` (tests compare caches).
+    pub fn keys(&self, layer: usize) -> &[f32] {
+        let w = self.k[layer].len() / self.capacity.max(1);
+        &self.k[layer][..self.pos * w]
+    }
+
+    /// The cached values of `layer` for positions `< pos`.
+    pub fn values(&self, layer: usize) -> &[f32] {
+        let w = self.v[layer].len() / self.capacity.max(1);
+        &self.v[layer][..self.pos * w]
+    }
+}
