@@ -256,3 +256,19 @@ fn the_cycle_finder_sees_a_cycle_between_two_files() {
         ["a", "b", "a"]
     );
 }
+
+/// The runtime stays in rooms a reader can take in: no source file over 600 lines, tests apart
+/// (a file named `*tests.rs`).
+#[test]
+fn no_runtime_source_file_is_over_600_lines() {
+    let mods = modules(&crate_src("runtime"));
+    assert!(mods.len() > 20, "only {} runtime files found", mods.len());
+    for file in mods.values() {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.ends_with("tests.rs") {
+            continue;
+        }
+        let lines = std::fs::read_to_string(file).expect("read").lines().count();
+        assert!(lines <= 600, "{}: {lines} lines", file.display());
+    }
+}

@@ -8,32 +8,31 @@
 
 pub mod api;
 pub mod metrics;
+mod reply;
 pub mod scheduler;
 #[cfg(test)]
 mod scheduler_tests;
 
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::error::Error;
 use crate::generate::{Request as GenRequest, checked_prompt};
-use api::{ApiError, Parsed};
+use api::ApiError;
 pub use metrics::Metrics;
-use scheduler::{Busy, Event, Job, Scheduler, Summary};
+use reply::{Kind, Reply};
+use scheduler::{Busy, Job, Scheduler};
 pub use scheduler::{Engine, Limits};
 
 /// How the server behaves; fixed at start.
@@ -90,21 +89,6 @@ pub struct Server {
     opts: Options,
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Chat,
-    Text,
-}
-
-impl Kind {
-    fn route(self) -> &'static str {
-        match self {
-            Kind::Chat => "/v1/chat/completions",
-            Kind::Text => "/v1/completions",
-        }
-    }
 }
 
 fn now_secs() -> u64 {
@@ -360,186 +344,6 @@ impl Server {
         } else {
             reply.whole(rx).await
         }
-    }
-}
-
-/// One reply in flight; logs and records latency when it ends (completed or dropped).
-struct Reply {
-    kind: Kind,
-    id: String,
-    model: String,
-    fingerprint: String,
-    created: u64,
-    arrived: Instant,
-    prompt_tokens: usize,
-    summary: Option<Summary>,
-}
-
-impl Drop for Reply {
-    fn drop(&mut self) {
-        let route = self.kind.route();
-        match &self.summary {
-            Some(s) => tracing::info!(
-                target: "onebit::serve",
-                id = %self.id,
-                route,
-                prompt_tokens = s.prompt_tokens,
-                completion_tokens = s.completion_tokens,
-                finish = s.finish.as_str(),
-                ttft_ms = s.ttft.as_millis() as u64,
-                total_ms = self.arrived.elapsed().as_millis() as u64,
-                "completion"
-            ),
-            None => tracing::info!(
-                target: "onebit::serve",
-                id = %self.id,
-                route,
-                prompt_tokens = self.prompt_tokens,
-                total_ms = self.arrived.elapsed().as_millis() as u64,
-                "client gone before the end; slot freed"
-            ),
-        }
-    }
-}
-
-impl Reply {
-    /// The reply object around `choice` (none when null): a stream chunk or the whole reply.
-    fn envelope(&self, choice: Value, usage: Option<Value>, stream: bool) -> Value {
-        let object = match (self.kind, stream) {
-            (Kind::Chat, true) => "chat.completion.chunk",
-            (Kind::Chat, false) => "chat.completion",
-            (Kind::Text, _) => "text_completion",
-        };
-        let mut v = json!({
-            "id": self.id,
-            "object": object,
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": self.fingerprint,
-            "choices": if choice.is_null() { json!([]) } else { json!([choice]) },
-        });
-        if let Some(u) = usage {
-            v["usage"] = u;
-        }
-        v
-    }
-
-    fn chunk(&self, choice: Value, usage: Option<Value>) -> Value {
-        self.envelope(choice, usage, true)
-    }
-
-    /// One choice: a chat `delta` (stream) or `message` (whole), or a completion's `text`.
-    fn choice(&self, text: &str, finish: Option<&str>, stream: bool) -> Value {
-        match (self.kind, stream) {
-            (Kind::Chat, true) => json!({
-                "index": 0,
-                "delta": if finish.is_some() && text.is_empty() { json!({}) } else { json!({"content": text}) },
-                "logprobs": null,
-                "finish_reason": finish,
-            }),
-            (Kind::Chat, false) => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": null,
-                "finish_reason": finish,
-            }),
-            (Kind::Text, _) => {
-                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
-            }
-        }
-    }
-
-    fn delta(&self, text: &str, finish: Option<&str>) -> Value {
-        self.choice(text, finish, true)
-    }
-
-    async fn whole(mut self, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
-        let mut text = String::new();
-        loop {
-            match rx.recv().await {
-                Some(Event::Text(t)) => text.push_str(&t),
-                Some(Event::Done(s)) => {
-                    self.summary = Some(s);
-                    let finish = Some(api::finish_reason(s.finish));
-                    let usage = api::usage(s.prompt_tokens, s.completion_tokens);
-                    let body = self.envelope(self.choice(&text, finish, false), Some(usage), false);
-                    return Ok(axum::Json(body).into_response());
-                }
-                Some(Event::Failed(e)) => {
-                    return Err(ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "server_error",
-                        e,
-                    ));
-                }
-                None => {
-                    return Err(ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "server_error",
-                        "the scheduler dropped the request",
-                    ));
-                }
-            }
-        }
-    }
-
-    fn stream(self, rx: UnboundedReceiver<Event>, parsed: &Parsed) -> Response {
-        let include_usage = parsed.include_usage;
-        // The first chunk of a chat stream carries the role, as OpenAI's does.
-        let mut first = Vec::new();
-        if self.kind == Kind::Chat {
-            first.push(
-                self.chunk(
-                    json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}),
-                    None,
-                )
-                .to_string(),
-            );
-        }
-        let state = (self, rx, std::collections::VecDeque::from(first), false);
-        let events = futures::stream::unfold(
-            state,
-            move |(mut reply, mut rx, mut pending, mut ended)| async move {
-                loop {
-                    if let Some(data) = pending.pop_front() {
-                        let ev = SseEvent::default().data(data);
-                        return Some((Ok::<_, Infallible>(ev), (reply, rx, pending, ended)));
-                    }
-                    if ended {
-                        return None;
-                    }
-                    match rx.recv().await {
-                        Some(Event::Text(t)) => {
-                            pending.push_back(reply.chunk(reply.delta(&t, None), None).to_string())
-                        }
-                        Some(Event::Done(s)) => {
-                            reply.summary = Some(s);
-                            let usage = api::usage(s.prompt_tokens, s.completion_tokens);
-                            let fin = api::finish_reason(s.finish);
-                            let last = reply.chunk(reply.delta("", Some(fin)), Some(usage.clone()));
-                            pending.push_back(last.to_string());
-                            if include_usage {
-                                pending
-                                    .push_back(reply.chunk(Value::Null, Some(usage)).to_string());
-                            }
-                            // The end marker is the bare word, not JSON.
-                            pending.push_back("[DONE]".into());
-                            ended = true;
-                        }
-                        Some(Event::Failed(e)) => {
-                            let err =
-                                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
-                            pending.push_back(err.body().to_string());
-                            ended = true;
-                        }
-                        None => return None,
-                    }
-                }
-            },
-        );
-        Sse::new(events)
-            .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-            .into_response()
     }
 }
 
