@@ -250,6 +250,16 @@ fn hunyuan_with_plain_rope_meets_the_transformers_oracle() {
     check("hunyuan-plain");
 }
 
+/// Hunyuan's real vocabularies (120,818 rows) are off every tile's row block: the embedding is
+/// written with zero pad rows, the reader crops them, and the runtime's vocabulary is the config's
+/// 397, not the padded 416. The case is hunyuan-plain with 13 more embedding rows that copy
+/// existing ones (`scripts/oracle/pad_vocab.py`: with a tied head their logits are exactly the
+/// copied rows' logits).
+#[test]
+fn hunyuan_with_a_vocabulary_off_the_tile_rows_meets_the_transformers_oracle() {
+    check("hunyuan-vocab");
+}
+
 #[test]
 fn qwen3_with_qk_norm_and_a_wide_head_meets_the_transformers_oracle() {
     check("qwen3");
@@ -453,5 +463,49 @@ fn a_llama3_packs_rope_freqs_is_verified_against_the_gguf_and_the_config() {
         reason.contains("config.json's rope_scaling implies")
             && reason.contains("rope_freqs.weight["),
         "{reason}"
+    );
+}
+
+/// A vocabulary off the tile's row block, through every stage: convert pads the tied head's last
+/// 32-row block with zero rows, detection accepts them because they decode to 0 (non-zero pad
+/// rows are refused by name: `stages/tests/refusals.rs`), verify compares the 397 real rows with
+/// the GGUF and records the 19 pad rows, and the runtime's vocabulary is the config's 397.
+#[test]
+fn a_vocabulary_off_the_tile_rows_is_padded_recorded_and_cropped() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let gguf = oracle("hunyuan-vocab").join("model-q4_0.gguf");
+    let repo = tmp.path().join("repo");
+    let report =
+        onebit_convert::convert(&gguf, &repo, &ConvertOptions::default()).expect("convert");
+    let head = report
+        .tensors
+        .iter()
+        .find(|t| t.name == "lm_head.weight")
+        .expect("tiled head");
+    assert_eq!(head.stored_as, "Q40_4608");
+    let (verdict, rows) = verdict_of(&repo, &gguf, &tmp.path().join("home"), "lm_head.weight");
+    assert_eq!(verdict["verified"], true, "{verdict}");
+    let reason = rows
+        .iter()
+        .find(|r| {
+            r["reference"]
+                .as_str()
+                .is_some_and(|x| x.starts_with("gguf:"))
+        })
+        .and_then(|r| r["reason"].as_str())
+        .unwrap_or("");
+    assert!(
+        reason.contains("rows 397..416 are zero rows filling the last row block"),
+        "{rows:?}"
+    );
+    let run = tempfile::tempdir().expect("tmp");
+    let model = load("hunyuan-vocab", "q4_0", TileChoice::Auto, false, run.path());
+    assert_eq!(model.spec.vocab, 397);
+    let mut s = model.session(8);
+    let logits = model.forward(&mut s, &[1, 2, 3], true).expect("forward");
+    assert_eq!(
+        logits.len(),
+        3 * 397,
+        "one logit per real token, none for pad rows"
     );
 }

@@ -656,18 +656,9 @@ fn write_pack(
             Some(kind) => {
                 let (r, c) = (kind.rows() as u64, encode::grid_cols(kind) as u64);
                 let (rows_p, k_p) = p.padded;
-                let repeated = repeats_rows(&p.name) && rows < r;
-                if !repeated && (rows % r != 0 || rows_p % r != 0) {
-                    return Err(refuse(
-                        g.path(),
-                        &p.src,
-                        format!(
-                            "{rows} rows are not a multiple of the {}-row {} tile",
-                            r,
-                            kind.name()
-                        ),
-                    ));
-                }
+                // Rows off the tile's row block are padded with zero rows (as FastFlowLM's later
+                // converter writes them, q4nx-format §4); readers accept such pads only when
+                // every pad row decodes to exactly 0.
                 if k % 32 != 0 {
                     return Err(refuse(
                         g.path(),
@@ -902,7 +893,8 @@ fn write_tiled(
     let band_bytes = ct * kind.bytes();
     // Fewer rows than a tile (Qwen3.5's α/β): one band, its rows cycling through the source's.
     let repeated = repeats_rows(&p.name) && rows < r_tile;
-    let rb_total = if repeated { 1 } else { rows / r_tile };
+    // Row blocks holding source rows; the last one's rows past `rows` stay zero (pad rows).
+    let rb_total = if repeated { 1 } else { rows.div_ceil(r_tile) };
     let mut total = Err2::default();
     let mut rb0 = 0;
     while rb0 < rb_total {
@@ -915,6 +907,10 @@ fn write_tiled(
                 let mut gs: Vec<Group> = Vec::new();
                 let mut vals = vec![0f32; k as usize];
                 for r in 0..r_tile {
+                    if !repeated && rb * r_tile + r >= rows {
+                        // A pad row: all-zero bytes, which every tile kind decodes to 0.
+                        break;
+                    }
                     let gr = if repeated {
                         (r % rows) as usize
                     } else {

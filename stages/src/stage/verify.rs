@@ -34,7 +34,9 @@ impl VerifyStage {
     /// FFN-padded tensors (qwen2) are compared on their GGUF's extent, the padding required zero.
     /// v4: a pack's `rope_freqs.weight` is compared with its GGUF twin and with the divisors
     /// config.json's RoPE implies.
-    pub const VERSION: u32 = 6;
+    /// v7: a tensor whose last row block holds rows past the real ones (a vocabulary off the
+    /// tile's row block) says so in its reason: how many rows are stored and what they are.
+    pub const VERSION: u32 = 7;
 }
 
 impl Stage for VerifyStage {

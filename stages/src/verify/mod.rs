@@ -684,6 +684,22 @@ pub fn verify_pack(
             }
             (None, ..) => {}
         }
+        // Rows stored past the real ones (a vocabulary off the tile's row block): detection
+        // accepted them only as zero rows or as FastFlowLM's α/β copies; the real rows were
+        // compared, and the record says how many were stored.
+        if let Layout::Tiled { padded_rows, .. } = l.layout
+            && padded_rows > l.rows
+        {
+            let how = if l.decision.contains("repeated") {
+                "copies of the real rows"
+            } else {
+                "zero rows"
+            };
+            row.reason.push_str(&format!(
+                "; rows {}..{padded_rows} are {how} filling the last row block (q4nx-format §4), not compared",
+                l.rows
+            ));
+        }
         // Structural checks need no reference and override a good correlation.
         if !l.flags.is_empty() {
             row.verdict = Verdict::Fail;
