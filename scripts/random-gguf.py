@@ -38,12 +38,30 @@ import numpy as np
 ORACLES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "oracle"
 
 
+# transformers' `Gemma3TextConfig` defaults: a config saved by transformers leaves out what equals
+# them (Gemma 3 4B's `text_config` names only its hidden size, FFN, layers and window).
+GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262208,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+    "tie_word_embeddings": True,
+}
+
+
 def text_config(cfg: dict) -> dict:
     """The language model's config (vision-language configs nest it under `text_config`)."""
     t = dict(cfg.get("text_config") or cfg)
     for k in ("architectures", "model_type", "tie_word_embeddings"):
         if k not in t and k in cfg:
             t[k] = cfg[k]
+    if t.get("model_type") == "gemma3_text":
+        for k, v in GEMMA3_TEXT_DEFAULTS.items():
+            t.setdefault(k, v)
     return t
 
 

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Every seed model at its real size, end to end: a random-weight Q4_0 GGUF at the config's exact
+dimensions (`scripts/random-gguf.py`), then `convert` → `run` (every stage, verified against the
+same GGUF) → `run` again (cached) → `generate` 32 tokens → one `serve` request, and llama.cpp's
+`llama-bench` decode on the same GGUF beside it.
+
+For each step: wall seconds, and the peak of the process's anonymous memory and of its file pages
+apart (polled from /proc every 20 ms: mapped inputs are file pages; the budgets count anonymous
+memory). One markdown row per model on stdout (docs/benchmarks.md, "Every seed model at its real
+size"), a JSON line per model on stderr, and each budget checked:
+- import ≤ 10 s per GB of `model.q4nx` on 2 cores;
+- anonymous memory of convert and of import ≤ 1 GB + the largest tensor;
+- a `serve --parallel 4 --ctx-size 4096` process ≤ 4 GB.
+
+Usage:
+
+    cargo build --release
+    python3 scripts/bench-real-size.py [--llama-bench PATH] [--only NAME ...] [--smoke]
+
+The GGUFs and packs go to `~/.cache/onebit-models/real-size/` (never into the repository).
+`--smoke` runs the smallest config of each family and skips llama.cpp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "tests" / "fixtures" / "configs"
+
+# (name, config folder under tests/fixtures/configs, smallest of its family)
+MATRIX = [
+    ("SmolLM2-135M", "smollm2/SmolLM2-135M-Instruct-partial", True),
+    ("SmolLM2-360M", "smollm2/SmolLM2-360M-Instruct-partial", False),
+    ("Gemma3-270M", "gemma3/gemma-3-270m-it", True),
+    ("Gemma3-1B", "gemma3/gemma-3-1b-it-partial", False),
+    ("Gemma3-4B", "gemma3/gemma-3-4b-it-reconstructed-partial", False),
+    ("LFM2-450M", "lfm2/LFM2-VL-450M", True),
+    ("LFM2-1.6B", "lfm2/LFM2-VL-1.6B", False),
+    ("Qwen2.5-0.5B", "qwen/Qwen2.5-0.5B-Instruct-resaved-partial", True),
+    ("Qwen2.5-1.5B", "qwen/Qwen2.5-1.5B-Instruct-resaved-tf5-partial", False),
+    ("Qwen2.5-3B", "qwen/Qwen2.5-3B-Instruct-partial", False),
+    ("Qwen3-0.6B", "qwen/Qwen3-0.6B", True),
+    ("Qwen3-1.7B", "qwen/Qwen3-1.7B", False),
+    ("Qwen3-4B", "qwen/Qwen3-4B", False),
+    ("Hunyuan-0.5B", "hunyuan/Hunyuan-0.5B-Pretrain", True),
+    ("Hunyuan-1.8B", "hunyuan/Hunyuan-1.8B-Instruct", False),
+    ("Hunyuan-4B", "hunyuan/Hunyuan-4B-Instruct", False),
+    ("Llama3.2-1B", "llama/Llama-3.2-1B-Instruct-partial", False),
+    ("Llama3.2-3B", "llama/Llama-3.2-3B-Instruct-partial", False),
+]
+
+
+class Peak:
+    """Polls a process's RssAnon and RssFile until it exits."""
+
+    def __init__(self, pid: int):
+        self.pid, self.anon, self.file = pid, 0, 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        path = f"/proc/{self.pid}/status"
+        while True:
+            try:
+                text = Path(path).read_text()
+            except OSError:
+                return
+            for line in text.splitlines():
+                if line.startswith("RssAnon:"):
+                    self.anon = max(self.anon, int(line.split()[1]) * 1024)
+                elif line.startswith("RssFile:"):
+                    self.file = max(self.file, int(line.split()[1]) * 1024)
+            time.sleep(0.02)
+
+
+def measured(cmd: list[str], env: dict) -> tuple[float, int, int, str]:
+    """Runs `cmd`; returns (seconds, peak anonymous bytes, peak file bytes, stdout)."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    peak = Peak(p.pid)
+    out, err = p.communicate()
+    dt = time.monotonic() - t0
+    peak.thread.join(timeout=1)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-3000:]}")
+    return dt, peak.anon, peak.file, out
+
+
+def gb(n: float) -> str:
+    return f"{n / 1e9:.2f}"
+
+
+def serve_once(bin_: str, repo: Path, gguf: Path, env: dict) -> tuple[float, int, str]:
+    """Starts `serve --parallel 4 --ctx-size 4096`, sends one completion, stops it; returns
+    (the request's seconds, the server's peak anonymous bytes, the answer's finish reason)."""
+    cmd = [bin_, "serve", "--port", "0", "--parallel", "4", "--ctx-size", "4096", "--path", str(repo),
+           "--reference", str(gguf)]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    peak = Peak(p.pid)
+    addr = None
+    try:
+        for line in p.stderr:
+            if "listening on http://" in line:
+                addr = line.split("listening on http://")[1].split()[0]
+                break
+        if addr is None:
+            sys.exit(f"serve exited: {p.wait()}")
+        threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+        for _ in range(3000):
+            try:
+                with urllib.request.urlopen(f"http://{addr}/health") as r:
+                    if r.status == 200:
+                        break
+            except Exception:
+                time.sleep(0.1)
+        body = json.dumps({"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}).encode()
+        req = urllib.request.Request(f"http://{addr}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        t0 = time.monotonic()
+        with urllib.request.urlopen(req, timeout=600) as r:
+            answer = json.loads(r.read())
+        dt = time.monotonic() - t0
+        return dt, peak.anon, answer["choices"][0]["finish_reason"]
+    finally:
+        p.terminate()
+        p.wait()
+
+
+def tensor_sizes(gguf: Path) -> tuple[int, int]:
+    """(bytes of the largest tensor, parameters) of a GGUF."""
+    import gguf as g
+
+    ts = g.GGUFReader(gguf).tensors
+    return max(int(t.n_bytes) for t in ts), sum(int(t.n_elements) for t in ts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bin", default=str(ROOT / "target" / "release" / "onebit-pipe"))
+    ap.add_argument("--llama-bench", default=None)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--work", type=Path, default=Path.home() / ".cache" / "onebit-models" / "real-size")
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, ONEBIT_HOME=str(a.work / "home"), HF_HUB_OFFLINE="1")
+    print("| model | params | pack GB | convert s / anon GB | import s (per stage) / anon GB / file GB | cached s | TTFT ms | decode tok/s | llama.cpp decode tok/s | serve anon GB | budgets |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, cfg, smallest in MATRIX:
+        if a.only and name not in a.only:
+            continue
+        if a.smoke and not smallest:
+            continue
+        gguf = a.work / f"{name}-q4_0.gguf"
+        if not gguf.exists():
+            subprocess.run([sys.executable, str(ROOT / "scripts" / "random-gguf.py"), str(CONFIGS / cfg),
+                            "--out", str(gguf)], check=True, stdout=sys.stderr)
+        repo = a.work / name
+        if repo.exists():
+            subprocess.run(["rm", "-rf", str(repo)], check=True)
+        c_s, c_anon, _, _ = measured([a.bin, "-q", "convert", "--gguf", str(gguf), "--out", str(repo)], env)
+        pack = (repo / "model.q4nx").stat().st_size
+        # A fresh store per model: the import runs every stage.
+        subprocess.run(["rm", "-rf", str(a.work / "home")], check=True)
+        src = ["--path", str(repo), "--reference", str(gguf)]
+        i_s, i_anon, i_file, out = measured([a.bin, "--json", "run", *src], env)
+        stages = {}
+        for line in out.splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if e.get("event") == "stage_finished":
+                stages[e["stage"]] = e["duration_ms"] / 1000
+        r_s, _, _, _ = measured([a.bin, "--json", "run", *src], env)
+        _, _, _, gen = measured([a.bin, "-q", "--json", "generate", *src, "--prompt",
+                                 "The capital of France is", "--max-tokens", "32", "--ctx-size", "1024",
+                                 "-t", str(a.threads)], env)
+        g = json.loads(gen.strip().splitlines()[-1])
+        s_s, s_anon, finish = serve_once(a.bin, repo, gguf, env)
+        ll = ""
+        if a.llama_bench and not a.smoke:
+            res = subprocess.run([a.llama_bench, "-m", str(gguf), "-t", str(a.threads), "-p", "0", "-n", "32",
+                                  "-r", "3", "-o", "json"], capture_output=True, text=True, check=True)
+            ll = f"{json.loads(res.stdout)[0]['avg_ts']:.1f}"
+        big, params = tensor_sizes(gguf)
+        budgets = []
+        if i_s > 10 * pack / 1e9:
+            budgets.append(f"import {i_s:.1f} s > {10 * pack / 1e9:.1f}")
+        for what, anon in (("convert", c_anon), ("import", i_anon)):
+            if anon > 1e9 + big:
+                budgets.append(f"{what} anon {gb(anon)} > {gb(1e9 + big)}")
+        if s_anon > 4e9:
+            budgets.append(f"serve {gb(s_anon)} GB > 4")
+        per_stage = ", ".join(f"{k} {v:.1f}" for k, v in stages.items() if v >= 0.05)
+        row = {
+            "model": name, "params": params, "pack_bytes": pack, "convert_s": c_s, "convert_anon": c_anon,
+            "import_s": i_s, "import_stages": stages, "import_anon": i_anon, "import_file": i_file,
+            "cached_s": r_s, "ttft_ms": g["time_to_first_token_ms"], "decode_tps": g["decode_tokens_per_s"],
+            "llama_decode_tps": ll, "serve_anon": s_anon, "serve_s": s_s, "serve_finish": finish,
+            "largest_tensor": big, "budgets_missed": budgets,
+        }
+        print(json.dumps(row), file=sys.stderr)
+        print(f"| {name} | {params / 1e9:.2f} B | {gb(pack)} | {c_s:.1f} / {gb(c_anon)} | {i_s:.1f} ({per_stage}) / {gb(i_anon)} / {gb(i_file)} "
+              f"| {r_s:.2f} | {g['time_to_first_token_ms']:.0f} | {g['decode_tokens_per_s']:.1f} | {ll} "
+              f"| {gb(s_anon)} | {'; '.join(budgets) or 'met'} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
