@@ -17,6 +17,11 @@ Usage:
     cargo build --release
     python3 scripts/bench-real-size.py [--llama-bench PATH] [--only NAME ...] [--smoke]
 
+Every config of `tests/fixtures/configs` (a copy of the shared fixtures) of a family `convert`
+accepts, up to 4 B parameters, is in the matrix. Qwen3.5 2B is not: no config of it is among the
+fixtures, and FastFlowLM's converter config `qwen3.5_2b.json` (FLM_Q4NX_Converter @ dd0993c) holds
+only its tile settings and tensor-name map, not the model's dimensions.
+
 The GGUFs and packs go to `~/.cache/onebit-models/real-size/` (never into the repository).
 `--smoke` runs the smallest config of each family and skips llama.cpp.
 """
@@ -44,13 +49,17 @@ MATRIX = [
     ("Gemma3-1B", "gemma3/gemma-3-1b-it-partial", False),
     ("Gemma3-4B", "gemma3/gemma-3-4b-it-reconstructed-partial", False),
     ("LFM2-450M", "lfm2/LFM2-VL-450M", True),
+    ("LFM2-450M-older", "lfm2/LFM2-VL-450M_older-revision", False),
     ("LFM2-1.6B", "lfm2/LFM2-VL-1.6B", False),
     ("Qwen2.5-0.5B", "qwen/Qwen2.5-0.5B-Instruct-resaved-partial", True),
     ("Qwen2.5-1.5B", "qwen/Qwen2.5-1.5B-Instruct-resaved-tf5-partial", False),
     ("Qwen2.5-3B", "qwen/Qwen2.5-3B-Instruct-partial", False),
+    ("R1-Distill-Qwen-1.5B", "qwen/DeepSeek-R1-Distill-Qwen-1.5B-modified-partial", False),
     ("Qwen3-0.6B", "qwen/Qwen3-0.6B", True),
     ("Qwen3-1.7B", "qwen/Qwen3-1.7B", False),
     ("Qwen3-4B", "qwen/Qwen3-4B", False),
+    ("Qwen3-4B-Instruct-2507", "qwen/Qwen3-4B-Instruct-2507", False),
+    ("Qwen3-4B-Thinking-2507", "qwen/Qwen3-4B-Thinking-2507", False),
     ("Hunyuan-0.5B", "hunyuan/Hunyuan-0.5B-Pretrain", True),
     ("Hunyuan-1.8B", "hunyuan/Hunyuan-1.8B-Instruct", False),
     ("Hunyuan-4B", "hunyuan/Hunyuan-4B-Instruct", False),
