@@ -225,6 +225,12 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
     }
 }
 
+/// Tests only: a forward batch of exactly this many rows panics (0: never), to exercise the guard
+/// that fails the running requests. No other test builds a batch this large.
+#[cfg(test)]
+pub(crate) static PANIC_AT_ROWS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
 /// What one forward batch held, for the log when it fails: its rows, the rows that needed
 /// logits, and per sequence its prompt length, the prompt tokens fed before this batch, its rows
 /// in this batch and the tokens it had generated.
@@ -317,6 +323,10 @@ fn iterate(
             generated: s.dec.tokens().len(),
         })
         .collect();
+    #[cfg(test)]
+    if PANIC_AT_ROWS.load(std::sync::atomic::Ordering::Relaxed) == rows.len() {
+        panic!("injected panic at {} rows", rows.len());
+    }
     let wanted: Vec<usize> = want.iter().map(|&(r, _)| r).collect();
     let logits = {
         let mut sessions: Vec<&mut Session> = active.iter_mut().map(|s| &mut s.session).collect();

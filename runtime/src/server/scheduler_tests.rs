@@ -282,3 +282,66 @@ fn short_convolution_completions_under_random_batches_equal_generating_each_alon
 fn gated_deltanet_completions_under_random_batches_equal_generating_each_alone() {
     run_cases("gated deltanet", &delta_spec(ValueHeadOrder::Tiled), false);
 }
+
+/// A panic in the model fails the running requests, counts in `/metrics` (`model_panics`, an
+/// `error` generation) and leaves the scheduler serving the next request.
+#[test]
+fn a_panic_in_the_model_fails_the_batch_is_counted_and_the_server_goes_on() {
+    const ROWS: usize = 777; // no other test builds a batch of this many rows
+    let (_dir, engine) = engine(&conv_spec(), false);
+    super::scheduler::PANIC_AT_ROWS.store(ROWS, std::sync::atomic::Ordering::Relaxed);
+    let metrics = Arc::new(Metrics::new());
+    let sched = Scheduler::start(
+        engine.clone(),
+        Limits {
+            slots: 2,
+            queue: 4,
+            batch: ROWS,
+            ctx: 1024,
+        },
+        metrics.clone(),
+    );
+    let ask = |len: usize| {
+        let (tx, mut rx) = unbounded_channel();
+        let job = Job {
+            ids: (0..len).map(|i| (i % (V - 3) + 3) as u32).collect(),
+            req: Request {
+                prompt: Prompt::Tokens(Vec::new()),
+                max_tokens: 3,
+                sampler: SamplerConfig::default(),
+                stop: Vec::new(),
+            },
+            events: tx,
+            arrived: Instant::now(),
+        };
+        assert!(sched.submit(job).is_ok(), "queued");
+        let mut last = None;
+        while let Some(ev) = rx.blocking_recv() {
+            let end = !matches!(ev, Event::Text(_));
+            last = Some(ev);
+            if end {
+                break;
+            }
+        }
+        last
+    };
+    // A 777-token prompt fills one 777-row batch: the injected panic.
+    assert!(
+        matches!(ask(ROWS), Some(Event::Failed(ref e)) if e.contains("internal error")),
+        "the request fails"
+    );
+    assert_eq!(metrics.model_panics.get(), 1);
+    let errors = metrics
+        .finished
+        .get_or_create(&super::metrics::FinishLabels {
+            reason: "error".into(),
+        })
+        .get();
+    assert_eq!(errors, 1, "counted as an error generation");
+    // The next request is served.
+    assert!(
+        matches!(ask(5), Some(Event::Done(_))),
+        "served after the panic"
+    );
+    assert_eq!(metrics.model_panics.get(), 1);
+}
