@@ -649,3 +649,67 @@ fn the_kernel_set_lists_shapes_and_refuses_a_kernel_directory_missing_one() {
         "{providers:?}"
     );
 }
+
+/// Flags no sampler, context or evaluation can honour are refused by name with exit code 2, not
+/// a panic: NaN and infinite temperatures, a top-p of 0 or NaN, a repetition penalty of 0 or NaN,
+/// a context of 0, 2^56 or past the model's, and evaluations with nothing to score.
+#[test]
+fn impossible_flags_are_refused_by_name_not_by_a_panic() {
+    let home = tempfile::tempdir().expect("tmp");
+    let (d, g) = (fixture("llama-q41"), fixture("llama-q41/model.gguf"));
+    let src = [
+        "--path",
+        d.to_str().expect("utf8"),
+        "--reference",
+        g.to_str().expect("utf8"),
+    ];
+    let refused = |extra: &[&str], want: &str| {
+        let mut args: Vec<&str> = Vec::new();
+        args.extend_from_slice(&extra[..1]);
+        args.extend_from_slice(&src);
+        args.extend_from_slice(&extra[1..]);
+        let out = run_in(home.path(), &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(!err.contains("panicked"), "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: wanted {want:?} in {err}");
+    };
+    let generate = |flag: &'static str, v: &'static str| ["generate", "--prompt", "x", flag, v];
+    for v in ["nan", "inf"] {
+        refused(&generate("--temperature", v), "temperature");
+    }
+    for v in ["0", "nan", "1.5"] {
+        refused(&generate("--top-p", v), "top_p");
+    }
+    for v in ["0", "nan", "1e-300"] {
+        refused(&generate("--repeat-penalty", v), "repetition_penalty");
+    }
+    for v in ["0", "1", "72057594037927936", "100000000000"] {
+        refused(&generate("--ctx-size", v), "ctx-size");
+    }
+    refused(&["eval", "--ids", "[]"], "--ids: 0 ids");
+    let text = home.path().join("text.txt");
+    std::fs::write(&text, "the cat sat on the mat").expect("write");
+    refused(
+        &["eval", "--file", text.to_str().expect("utf8"), "--ctx", "0"],
+        "ctx:",
+    );
+    // The same pack still generates with sound flags.
+    let out = run_in(
+        home.path(),
+        &[
+            "generate",
+            src[0],
+            src[1],
+            src[2],
+            src[3],
+            "--prompt",
+            "x",
+            "--max-tokens",
+            "2",
+            "--ctx-size",
+            "64",
+        ],
+    );
+    assert_success(&out, "generate");
+}

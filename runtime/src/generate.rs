@@ -352,6 +352,12 @@ pub fn evaluate(
     argmax_only: bool,
     bos_per_chunk: bool,
 ) -> Result<Evaluation> {
+    if ctx < 2 {
+        return Err(Error::Request {
+            field: "ctx",
+            reason: format!("chunks of {ctx} tokens score nothing (at least 2)"),
+        });
+    }
     let mut ev = Evaluation::default();
     let mut session = model.session(ctx);
     session.read_top(usize::from(argmax_only));

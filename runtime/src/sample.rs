@@ -34,6 +34,35 @@ impl SamplerConfig {
     }
 }
 
+impl SamplerConfig {
+    /// Refuses what no sampler can honour, naming the parameter: a temperature that is negative or
+    /// not finite, a top-p outside (0, 1], a repetition penalty that is not a finite positive
+    /// number (as f32: `1e-300` underflows to 0 and would divide logits to infinity).
+    pub fn check(&self) -> crate::Result<()> {
+        let bad =
+            |field: &'static str, reason: String| Err(crate::Error::Request { field, reason });
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad(
+                "temperature",
+                format!("{} is not a finite number of at least 0", self.temperature),
+            );
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad("top_p", format!("{} is not in (0, 1]", self.top_p));
+        }
+        if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
+            return bad(
+                "repetition_penalty",
+                format!(
+                    "{} is not a finite positive number (as a 32-bit float)",
+                    self.repetition_penalty
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Default for SamplerConfig {
     fn default() -> Self {
         SamplerConfig {
@@ -182,6 +211,43 @@ pub fn argmax(x: &[f32]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parameters_no_sampler_can_honour_are_refused_by_name() {
+        let base = SamplerConfig::default();
+        assert!(base.check().is_ok());
+        let field = |c: SamplerConfig| match c.check() {
+            Err(crate::Error::Request { field, .. }) => field,
+            other => panic!("not refused: {other:?}"),
+        };
+        for t in [f32::NAN, f32::INFINITY, -0.5] {
+            assert_eq!(
+                field(SamplerConfig {
+                    temperature: t,
+                    ..base.clone()
+                }),
+                "temperature"
+            );
+        }
+        for p in [0.0, f32::NAN, 1.5, -1.0] {
+            assert_eq!(
+                field(SamplerConfig {
+                    top_p: p,
+                    ..base.clone()
+                }),
+                "top_p"
+            );
+        }
+        for r in [0.0, f32::NAN, f32::INFINITY, -1.0, 1e-300f64 as f32] {
+            assert_eq!(
+                field(SamplerConfig {
+                    repetition_penalty: r,
+                    ..base.clone()
+                }),
+                "repetition_penalty"
+            );
+        }
+    }
 
     #[test]
     fn greedy_takes_the_argmax() {

@@ -145,14 +145,16 @@ pub struct SampleArgs {
 }
 
 impl SampleArgs {
-    fn sampler(&self) -> SamplerConfig {
-        SamplerConfig {
+    fn sampler(&self) -> anyhow::Result<SamplerConfig> {
+        let s = SamplerConfig {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
             repetition_penalty: self.repeat_penalty,
             seed: self.seed,
-        }
+        };
+        s.check()?;
+        Ok(s)
     }
 
     fn apply_threads(&self) {
@@ -164,8 +166,8 @@ impl SampleArgs {
         }
     }
 
-    fn ctx(&self, model: &Model) -> usize {
-        self.ctx_size.unwrap_or(model.spec.context.min(4096))
+    fn ctx(&self, model: &Model) -> anyhow::Result<usize> {
+        Ok(model.checked_context(self.ctx_size.unwrap_or(model.spec.context.min(4096)))?)
     }
 }
 
@@ -191,6 +193,8 @@ pub struct GenerateArgs {
 
 /// Completes one prompt, streaming to stdout; statistics go to stderr (or JSON with --json).
 pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
+    // Flags are checked before the model loads.
+    let sampler = a.sample.sampler()?;
     a.sample.apply_threads();
     let (model, text) = a.source.load(g)?;
     let prompt = if a.chat {
@@ -212,10 +216,10 @@ pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
     let req = Request {
         prompt,
         max_tokens: a.sample.max_tokens,
-        sampler: a.sample.sampler(),
+        sampler: sampler.clone(),
         stop: a.sample.stop.clone(),
     };
-    let mut session = model.session(a.sample.ctx(&model));
+    let mut session = model.session(a.sample.ctx(&model)?);
     let stream = !g.json;
     let mut stdout = std::io::stdout();
     let out = generate(&model, &text, &mut session, &req, |piece| {
@@ -271,6 +275,7 @@ pub struct ChatArgs {
 
 /// An interactive chat: each line is a user turn; the conversation goes through the template.
 pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
+    let sampler = a.sample.sampler()?;
     a.sample.apply_threads();
     let (model, text) = a.source.load(g)?;
     if !text.has_template() {
@@ -283,7 +288,7 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
             content: s.clone(),
         });
     }
-    let mut session = model.session(a.sample.ctx(&model));
+    let mut session = model.session(a.sample.ctx(&model)?);
     let mut rl = rustyline::DefaultEditor::new()?;
     loop {
         let line = match rl.readline("> ") {
@@ -307,7 +312,7 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
         let req = Request {
             prompt: Prompt::Chat(messages.clone()),
             max_tokens: a.sample.max_tokens,
-            sampler: a.sample.sampler(),
+            sampler: sampler.clone(),
             stop: a.sample.stop.clone(),
         };
         let mut stdout = std::io::stdout();
@@ -374,6 +379,9 @@ pub fn eval(g: &Global, a: EvalArgs) -> anyhow::Result<ExitCode> {
         (None, Some(j)) => {
             let ids: Vec<u32> = serde_json::from_str(j).context("--ids: a JSON list of ids")?;
             let n = ids.len();
+            if n < 2 {
+                anyhow::bail!("--ids: {n} ids score nothing; give at least 2");
+            }
             (ids, n)
         }
         (None, None) => anyhow::bail!("give --file FILE or --ids JSON"),

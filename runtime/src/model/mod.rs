@@ -105,6 +105,38 @@ impl Model {
         self.backend.name()
     }
 
+    /// `requested` as a session's context, checked: at least 2 tokens (a prompt token and a
+    /// generated one), at most the model's context, and a KV cache whose size fits the address
+    /// space. Every refusal names `ctx-size` and both numbers.
+    pub fn checked_context(&self, requested: usize) -> Result<usize> {
+        let refuse = |reason: String| Error::Request {
+            field: "ctx-size",
+            reason,
+        };
+        if requested < 2 {
+            return Err(refuse(format!(
+                "{requested} tokens leave no room for a prompt token and an answer (at least 2)"
+            )));
+        }
+        if requested > self.spec.context {
+            return Err(refuse(format!(
+                "{requested} tokens exceed the model's {}-token context",
+                self.spec.context
+            )));
+        }
+        let per_token: usize = self.layers.iter().map(|l| 2 * l.mixing.kv_rows()).sum();
+        per_token
+            .checked_mul(requested)
+            .and_then(|f| f.checked_mul(std::mem::size_of::<f32>()))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| {
+                refuse(format!(
+                    "a {requested}-token KV cache does not fit in memory"
+                ))
+            })?;
+        Ok(requested)
+    }
+
     /// Bytes of KV cache and recurrent state a `capacity`-token session holds.
     pub fn session_bytes(&self, capacity: usize) -> usize {
         let floats: usize = self

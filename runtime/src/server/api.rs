@@ -301,17 +301,22 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
             ));
         }
     };
+    let sampler = SamplerConfig {
+        temperature: temperature as f32,
+        top_k: top_k as usize,
+        top_p: top_p as f32,
+        repetition_penalty: repetition_penalty as f32,
+        seed,
+    };
+    // The values as the sampler holds them (f32): a penalty of 1e-300 passes as f64 and is 0.
+    if let Err(crate::Error::Request { field, reason }) = sampler.check() {
+        return Err(ApiError::bad(field, format!("'{field}': {reason}")));
+    }
     Ok(Parsed {
         model,
         prompt,
         max_tokens,
-        sampler: SamplerConfig {
-            temperature: temperature as f32,
-            top_k: top_k as usize,
-            top_p: top_p as f32,
-            repetition_penalty: repetition_penalty as f32,
-            seed,
-        },
+        sampler,
         stop,
         stream,
         include_usage,

@@ -132,6 +132,11 @@ impl Server {
         if limits.ctx == 0 {
             limits.ctx = engine.model.spec.context.min(DEFAULT_CTX);
         }
+        if let Err(e) = engine.model.checked_context(limits.ctx) {
+            tracing::error!(error = %e, "cannot serve at this context size");
+            self.failed(e.to_string());
+            return;
+        }
         let engine = Arc::new(engine);
         let scheduler = Scheduler::start(engine.clone(), limits, self.metrics.clone());
         tracing::info!(model = %id, slots = limits.slots, ctx = limits.ctx, "ready");
