@@ -145,6 +145,26 @@ fn int(b: &serde_json::Map<String, Value>, f: &str) -> Result<Option<i64>, ApiEr
     }
 }
 
+/// `seed` as the full 64 bits it names: a negative seed is its two's complement, and seeds of
+/// 2^63 and more keep their value (clamping them would give every such seed the same text).
+fn seed_of(b: &serde_json::Map<String, Value>) -> Result<Option<u64>, ApiError> {
+    match b.get("seed") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => Ok(Some(u)),
+            (None, Some(i)) => Ok(Some(i as u64)),
+            _ => Err(ApiError::bad(
+                "seed",
+                format!("'seed' must be an integer, got {n}"),
+            )),
+        },
+        Some(v) => Err(ApiError::bad(
+            "seed",
+            format!("'seed' must be an integer, got {v}"),
+        )),
+    }
+}
+
 fn flag(b: &serde_json::Map<String, Value>, f: &str) -> Result<bool, ApiError> {
     match b.get(f) {
         None | Some(Value::Null) => Ok(false),
@@ -222,8 +242,8 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
             format!("'repetition_penalty' must be positive, got {repetition_penalty}"),
         ));
     }
-    let seed = match int(b, "seed")? {
-        Some(s) => s as u64,
+    let seed = match seed_of(b)? {
+        Some(s) => s,
         None => std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -239,7 +259,13 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
     }
     let stop = match b.get("stop") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::String(s)) if !s.is_empty() => vec![s.clone()],
+        Some(Value::String(_)) => {
+            return Err(ApiError::bad(
+                "stop",
+                "a stop string must not be empty (it would end every answer at once)",
+            ));
+        }
         Some(Value::Array(a)) => {
             let mut out = Vec::new();
             for (i, v) in a.iter().enumerate() {
@@ -484,6 +510,14 @@ mod tests {
                 "stop[0]",
             ),
             (
+                r#"{"messages":[{"role":"user","content":"x"}],"stop":""}"#,
+                "stop",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"repetition_penalty":1e-300}"#,
+                "repetition_penalty",
+            ),
+            (
                 r#"{"messages":[{"role":"user","content":{"a":1}}]}"#,
                 "messages[0].content",
             ),
@@ -504,6 +538,21 @@ mod tests {
         assert_eq!(e.code, Some("invalid_json"));
         let e = json_body(b"{\"prompt\": \"\xff\xfe\"}").expect_err("invalid utf-8");
         assert_eq!(e.code, Some("invalid_json"));
+    }
+
+    #[test]
+    fn seeds_keep_all_64_bits() {
+        let seed = |v: &str| {
+            completion(&body(&format!(r#"{{"prompt":"x","seed":{v}}}"#)))
+                .expect(v)
+                .sampler
+                .seed
+        };
+        assert_eq!(seed("3"), 3);
+        assert_eq!(seed("9223372036854775808"), 1 << 63);
+        assert_eq!(seed("18446744073709551615"), u64::MAX);
+        assert_ne!(seed("9223372036854775808"), seed("18446744073709551615"));
+        assert_eq!(seed("-1"), u64::MAX, "two's complement");
     }
 
     #[test]
