@@ -35,6 +35,9 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_meta import copy_metadata, field_value  # noqa: E402  (scripts/gguf_meta.py)
+
 ORACLES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "oracle"
 
 
@@ -261,16 +264,6 @@ def check_against_template(fam: str, case: str) -> gguf.GGUFReader:
     return reader
 
 
-def field_value(f):
-    if f.types[0] == gguf.GGUFValueType.ARRAY:
-        if f.types[1] == gguf.GGUFValueType.STRING:
-            return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-        return [f.parts[i].tolist()[0] for i in f.data]
-    if f.types[0] == gguf.GGUFValueType.STRING:
-        return bytes(f.parts[f.data[0]]).decode("utf-8")
-    return f.parts[f.data[0]].tolist()[0]
-
-
 def random_blocks(rng, rows: int, k: int, qtype) -> np.ndarray:
     """`rows × k` random weights in `qtype`'s blocks, as bytes (`rows × bytes per row`)."""
     blocks = k // 32
@@ -311,30 +304,18 @@ def main() -> None:
     if dims.vocab < n_tpl:
         sys.exit(f"vocabulary {dims.vocab} is smaller than the template's {n_tpl}")
     fill = dims.vocab - n_tpl
-    written = set()
-    for f in tpl.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vtype = f.types[0]
-        val = overrides.get(f.name, field_value(f))
-        written.add(f.name)
-        # Unreachable filler tokens up to the config's vocabulary (no merge produces them).
-        if f.name == "tokenizer.ggml.tokens":
-            val = val + [f"r{i}" for i in range(fill)]
-        elif f.name == "tokenizer.ggml.token_type":
-            val = val + [int(gguf.TokenType.NORMAL)] * fill
-        elif f.name == "tokenizer.ggml.scores":
-            val = val + [-1e9] * fill
-        if vtype == gguf.GGUFValueType.ARRAY:
-            sub = f.types[1]
-            if isinstance(val, list) and val and isinstance(val[0], bool):
-                sub = gguf.GGUFValueType.BOOL
-            w.add_key_value(f.name, val, vtype, sub_type=sub)
-        elif isinstance(val, list):
-            sub = gguf.GGUFValueType.BOOL if val and isinstance(val[0], bool) else gguf.GGUFValueType.INT32
-            w.add_key_value(f.name, val, gguf.GGUFValueType.ARRAY, sub_type=sub)
-        else:
-            w.add_key_value(f.name, val, vtype)
+    # Unreachable filler tokens up to the config's vocabulary (no merge produces them).
+    fillers = {
+        "tokenizer.ggml.tokens": [f"r{i}" for i in range(fill)],
+        "tokenizer.ggml.token_type": [int(gguf.TokenType.NORMAL)] * fill,
+        "tokenizer.ggml.scores": [-1e9] * fill,
+    }
+
+    def edit(name: str, value):
+        value = overrides.get(name, value)
+        return value + fillers[name] if name in fillers else value
+
+    written = copy_metadata(tpl, w, edit)
     # Keys the template lacks are not llama.cpp's for this family: only the general ones are added.
     for k, v in overrides.items():
         if k not in written and k.startswith("general."):

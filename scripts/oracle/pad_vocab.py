@@ -21,10 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from gguf_meta import copy_metadata  # noqa: E402  (scripts/gguf_meta.py)
 
 
 def low_rows(reference: dict, extra: int, avoid: set[int]) -> list[int]:
@@ -44,27 +48,13 @@ def pad_gguf(src: Path, dest: Path, rows: list[int]) -> None:
     arch = r.fields["general.architecture"]
     w = gguf.GGUFWriter(dest, bytes(arch.parts[arch.data[0]]).decode())
     n0 = len(r.fields["tokenizer.ggml.tokens"].data)
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vtype = f.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            sub = f.types[1]
-            if sub == gguf.GGUFValueType.STRING:
-                val = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
-            else:
-                val = [f.parts[i].tolist()[0] for i in f.data]
-            if f.name == "tokenizer.ggml.tokens":
-                val += [f"<extra_{i}>" for i in range(len(rows))]
-            elif f.name == "tokenizer.ggml.token_type":
-                val += [int(gguf.TokenType.USER_DEFINED)] * len(rows)
-            elif f.name == "tokenizer.ggml.scores":
-                val += [0.0] * len(rows)
-            w.add_key_value(f.name, val, vtype, sub_type=sub)
-        elif vtype == gguf.GGUFValueType.STRING:
-            w.add_key_value(f.name, bytes(f.parts[f.data[0]]).decode("utf-8"), vtype)
-        else:
-            w.add_key_value(f.name, f.parts[f.data[0]].tolist()[0], vtype)
+    extra = len(rows)
+    fill = {
+        "tokenizer.ggml.tokens": [f"<extra_{i}>" for i in range(extra)],
+        "tokenizer.ggml.token_type": [int(gguf.TokenType.USER_DEFINED)] * extra,
+        "tokenizer.ggml.scores": [0.0] * extra,
+    }
+    copy_metadata(r, w, lambda name, value: value + fill[name] if name in fill else value)
     for t in r.tensors:
         data = np.array(t.data)
         if t.name == "token_embd.weight":

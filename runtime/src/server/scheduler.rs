@@ -315,14 +315,16 @@ fn iterate(
     shape.logits_rows = want.len();
     shape.seqs = active
         .iter()
-        .enumerate()
-        .map(|(i, s)| SeqShape {
+        .map(|s| SeqShape {
             prompt_tokens: s.job.ids.len(),
             fed: s.fed,
-            rows: rows.iter().filter(|r| r.0 == i).count(),
+            rows: 0,
             generated: s.dec.tokens().len(),
         })
         .collect();
+    for &(i, _) in &rows {
+        shape.seqs[i].rows += 1;
+    }
     #[cfg(test)]
     if PANIC_AT_ROWS.load(std::sync::atomic::Ordering::Relaxed) == rows.len() {
         panic!("injected panic at {} rows", rows.len());
