@@ -86,7 +86,7 @@ impl Generation {
 pub fn prompt_ids(model: &Model, text: &Text, p: &Prompt) -> Result<Vec<u32>> {
     match p {
         Prompt::Text(s) => {
-            let mut ids = text.encode(s, false)?;
+            let mut ids = text.encode_user(s)?;
             if model.spec.add_bos
                 && let Some(b) = model.spec.bos
                 && ids.first() != Some(&b)
@@ -95,7 +95,7 @@ pub fn prompt_ids(model: &Model, text: &Text, p: &Prompt) -> Result<Vec<u32>> {
             }
             Ok(ids)
         }
-        Prompt::Chat(m) => text.encode(&text.render_chat(m)?, false),
+        Prompt::Chat(m) => text.encode_chat(m),
         Prompt::Tokens(ids) => match ids.iter().find(|&&t| t as usize >= model.spec.vocab) {
             Some(t) => Err(Error::Request {
                 field: "prompt",
@@ -121,6 +121,19 @@ fn held_back(s: &str, stops: &[String]) -> usize {
         }
     }
     best
+}
+
+/// Where the first stop string begins in `full`, looking only at settled text: while more tokens
+/// may follow (`last` false), trailing U+FFFD characters are the decoder's stand-ins for a
+/// multi-byte character whose bytes have not all arrived, and text that will change must not
+/// end an answer. On the last token they are final and count.
+fn stop_at(full: &str, stops: &[String], last: bool) -> Option<usize> {
+    let settled = if last {
+        full
+    } else {
+        full.trim_end_matches('\u{FFFD}')
+    };
+    stops.iter().filter_map(|s| settled.find(s.as_str())).min()
 }
 
 /// What one sampled token produced.
@@ -191,16 +204,12 @@ impl Decoder {
         self.out.push(next);
         self.seen.push(next);
         self.full = text.decode(&self.out)?;
-        if let Some(at) = self
-            .stop
-            .iter()
-            .filter_map(|s| self.full.find(s.as_str()))
-            .min()
-        {
+        let last = self.out.len() >= self.max_tokens || !room;
+        if let Some(at) = stop_at(&self.full, &self.stop, last) {
             self.full.truncate(at);
             return Ok(self.finish(Some(next), Finish::Stop));
         }
-        if self.out.len() >= self.max_tokens || !room {
+        if last {
             return Ok(self.finish(Some(next), Finish::Length));
         }
         // Emit what is complete: no trailing U+FFFD of a partial byte sequence, no possible
@@ -306,18 +315,6 @@ pub fn generate(
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::held_back;
-
-    #[test]
-    fn stop_prefixes_are_held_back() {
-        let stops = vec!["\nUser:".to_string()];
-        assert_eq!(held_back("Paris.\nUs", &stops), 3);
-        assert_eq!(held_back("Paris.", &stops), 0);
-    }
-}
-
 /// Teacher-forced evaluation of a token sequence, as llama.cpp's `perplexity` tool scores it:
 /// the tokens are cut into chunks of `ctx`, each chunk's first token replaced by BOS, and the
 /// negative log-likelihood summed over the second half of each chunk.
@@ -386,4 +383,30 @@ pub fn evaluate(
         }
     }
     Ok(ev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{held_back, stop_at};
+
+    #[test]
+    fn stop_prefixes_are_held_back() {
+        let stops = vec!["\nUser:".to_string()];
+        assert_eq!(held_back("Paris.\nUs", &stops), 3);
+        assert_eq!(held_back("Paris.", &stops), 0);
+    }
+
+    #[test]
+    fn a_stop_string_never_matches_a_character_still_arriving() {
+        let stops = vec!["\u{FFFD}".to_string(), "b\u{FFFD}".to_string()];
+        // "€" is three bytes; after two of them the decoder shows U+FFFD stand-ins.
+        assert_eq!(stop_at("ab\u{FFFD}\u{FFFD}", &stops, false), None);
+        assert_eq!(stop_at("ab\u{20AC}", &stops, false), None);
+        // A U+FFFD that later text follows is final (the bytes were invalid), and so is one on
+        // the last token.
+        assert_eq!(stop_at("ab\u{FFFD}c", &stops, false), Some(1));
+        assert_eq!(stop_at("ab\u{FFFD}", &stops, true), Some(1));
+        let plain = vec!["User:".to_string()];
+        assert_eq!(stop_at("Hi.\nUser: x", &plain, false), Some(4));
+    }
 }

@@ -46,6 +46,10 @@ pub struct PackSource {
     /// is 4-bit tiles of a tied embedding; 0 keeps the tiled logits [default: 128].
     #[arg(long, value_name = "N")]
     pub head_rescore: Option<usize>,
+    /// Read special-token text in prompts and chat messages (`<eos>`, `<start_of_turn>`) as
+    /// special tokens; by default it is plain text, as transformers and llama.cpp read it.
+    #[arg(long)]
+    pub parse_special: bool,
 }
 
 impl PackSource {
@@ -100,7 +104,8 @@ impl PackSource {
             "kernel self-check passed"
         );
         let text = Text::load(&tok, template)?
-            .with_special(model.spec.bos, model.spec.eos.first().copied());
+            .with_special(model.spec.bos, model.spec.eos.first().copied())
+            .with_parse_special(self.parse_special);
         Ok((model, text))
     }
 }
@@ -238,6 +243,8 @@ pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
                 "time_to_first_token_ms": out.time_to_first_token.as_secs_f64() * 1e3,
                 "prefill_tokens_per_s": out.prefill_tps(), "decode_tokens_per_s": out.decode_tps(),
                 "kernel": model.kernel_path().name(),
+                "threads": rayon::current_num_threads(),
+                "decode_weight_bytes_per_token": model.decode_bytes(),
             })
         );
     } else {
@@ -374,7 +381,7 @@ pub fn eval(g: &Global, a: EvalArgs) -> anyhow::Result<ExitCode> {
     let (ids, ctx) = match (&a.file, &a.ids) {
         (Some(f), _) => {
             let s = std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?;
-            (text.encode(&s, false)?, a.ctx)
+            (text.encode_user(&s)?, a.ctx)
         }
         (None, Some(j)) => {
             let ids: Vec<u32> = serde_json::from_str(j).context("--ids: a JSON list of ids")?;

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use onebit_runtime::device::{DeviceChoice, find_npus};
-use onebit_runtime::server::{Engine, Limits, Options, Server};
+use onebit_runtime::server::{DEFAULT_CTX, Engine, Limits, Options, Server};
 
 use super::Global;
 use super::generate::PackSource;
@@ -136,7 +136,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
     );
     let loader = {
         let (server, g, source) = (server.clone(), g.clone(), a.source.clone());
-        let (kernel_dir, batch) = (a.kernel_dir.clone(), a.batch);
+        let (kernel_dir, batch, asked_ctx) = (a.kernel_dir.clone(), a.batch, a.ctx_size);
         std::thread::spawn(move || {
             match source.load(&g).and_then(|(mut model, text)| {
                 let mut on = "the host CPU".to_string();
@@ -152,12 +152,34 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
                 Ok((model, text, on))
             }) {
                 Ok((model, text, on)) => {
-                    let engine = Engine { model, text };
-                    eprintln!(
-                        "ready: {} on {on}",
-                        engine.model.pack.manifest.provenance.source
+                    let source = model.pack.manifest.provenance.source.clone();
+                    let context = model.spec.context;
+                    // Bytes per sequence grow linearly with its context (KV rows; fixed state).
+                    let (fixed, per_token) = (
+                        model.session_bytes(0),
+                        model.session_bytes(1) - model.session_bytes(0),
                     );
-                    server.ready(engine);
+                    match server.ready(Engine { model, text }) {
+                        Ok(l) => eprintln!(
+                            "ready: {source} on {on}; {} sequences × {} tokens of context ({}; \
+                             the model's context is {context}), {} MiB of caches",
+                            l.slots,
+                            l.ctx,
+                            if asked_ctx.is_some() {
+                                "--ctx-size".to_string()
+                            } else {
+                                format!("default: the model's context, at most {DEFAULT_CTX}")
+                            },
+                            l.slots
+                                .saturating_mul(fixed + per_token.saturating_mul(l.ctx))
+                                >> 20,
+                        ),
+                        Err(why) => {
+                            let _ = fail_tx.send(anyhow::Error::new(super::Refused(format!(
+                                "cannot serve {source}: {why}"
+                            ))));
+                        }
+                    }
                 }
                 Err(e) => {
                     server.failed(format!("{e:#}"));

@@ -190,6 +190,60 @@ fn unsupported(
     }
 }
 
+/// The fields both routes read: every one is honoured, or refused by value when it asks for what
+/// this server cannot do. `user` and `metadata` label a request and change no answer.
+const COMMON_FIELDS: &[&str] = &[
+    "model",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repetition_penalty",
+    "seed",
+    "n",
+    "stop",
+    "stream",
+    "stream_options",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "user",
+    "metadata",
+    "store",
+];
+
+/// Fields only `/v1/chat/completions` reads.
+const CHAT_FIELDS: &[&str] = &[
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+];
+
+/// Fields only `/v1/completions` reads.
+const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "suffix", "logprobs", "best_of"];
+
+/// Refuses a field neither list names (`min_p`, `top_logprobs` on completions, a misspelt
+/// `max_token`): ignoring it would answer a question the client did not ask.
+fn known_fields(b: &serde_json::Map<String, Value>, route: &[&str]) -> Result<(), ApiError> {
+    match b
+        .keys()
+        .find(|k| !COMMON_FIELDS.contains(&k.as_str()) && !route.contains(&k.as_str()))
+    {
+        Some(k) => Err(ApiError::bad(
+            k.clone(),
+            format!(
+                "unknown field '{k}': this server does not read it, and ignoring it would change the answer you asked for"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The fields chat and plain completions share.
 fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, ApiError> {
     let model = match b.get("model") {
@@ -303,6 +357,7 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
             ));
         }
     }
+    unsupported(b, "store", |v| v == &Value::Bool(false))?;
     unsupported(b, "logit_bias", |v| {
         v.as_object().is_some_and(|m| m.is_empty())
     })?;
@@ -351,6 +406,7 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
 
 /// A `/v1/chat/completions` body.
 pub fn chat(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
+    known_fields(b, CHAT_FIELDS)?;
     let msgs = match b.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
         Some(Value::Array(_)) => return Err(ApiError::bad("messages", "'messages' is empty")),
@@ -418,6 +474,9 @@ pub fn chat(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
     }
     unsupported(b, "tools", |v| v.as_array().is_some_and(|a| a.is_empty()))?;
     unsupported(b, "logprobs", |v| v == &Value::Bool(false))?;
+    unsupported(b, "top_logprobs", |v| v.as_i64() == Some(0))?;
+    unsupported(b, "tool_choice", |v| v.as_str() == Some("none"))?;
+    unsupported(b, "parallel_tool_calls", |v| v.is_boolean())?;
     unsupported(b, "response_format", |v| {
         v.get("type").and_then(Value::as_str) == Some("text")
     })?;
@@ -426,6 +485,7 @@ pub fn chat(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
 
 /// A `/v1/completions` body.
 pub fn completion(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
+    known_fields(b, COMPLETION_FIELDS)?;
     let prompt = match b.get("prompt") {
         Some(Value::String(s)) => Prompt::Text(s.clone()),
         Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
@@ -526,6 +586,26 @@ mod tests {
                 r#"{"messages":[{"role":"user","content":"x"}],"frequency_penalty":1}"#,
                 "frequency_penalty",
             ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"min_p":0.1}"#,
+                "min_p",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":3}"#,
+                "top_logprobs",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"max_token":3}"#,
+                "max_token",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"prompt":"y"}"#,
+                "prompt",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"store":true}"#,
+                "store",
+            ),
         ];
         for (s, field) in cases {
             let e = chat(&body(s)).expect_err(s);
@@ -534,6 +614,19 @@ mod tests {
         }
         let e = completion(&body(r#"{"prompt":{"x":1}}"#)).expect_err("object prompt");
         assert_eq!(e.param.as_deref(), Some("prompt"));
+        for (s, field) in [
+            (r#"{"prompt":"x","min_p":0.05}"#, "min_p"),
+            (r#"{"prompt":"x","top_logprobs":2}"#, "top_logprobs"),
+            (r#"{"prompt":"x","messages":[]}"#, "messages"),
+        ] {
+            let e = completion(&body(s)).expect_err(s);
+            assert_eq!(e.param.as_deref(), Some(field), "{s}: {}", e.message);
+        }
+        // Labels that change no answer pass.
+        chat(&body(
+            r#"{"messages":[{"role":"user","content":"x"}],"user":"u1","metadata":{"a":"b"},"store":false,"tool_choice":"none","top_logprobs":0}"#,
+        ))
+        .expect("labels");
         let e = json_body(b"{\"prompt\": \"abc").expect_err("truncated");
         assert_eq!(e.code, Some("invalid_json"));
         let e = json_body(b"{\"prompt\": \"\xff\xfe\"}").expect_err("invalid utf-8");

@@ -7,6 +7,8 @@
 //! and answers `/health` before the model is loaded, so a supervisor can watch it come up.
 
 pub mod api;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod metrics;
 mod reply;
 pub mod scheduler;
@@ -109,8 +111,10 @@ impl Server {
         })
     }
 
-    /// The model is loaded: start the scheduler and answer requests.
-    pub fn ready(&self, engine: Engine) {
+    /// The model is loaded: start the scheduler and answer requests. Returns the limits it
+    /// serves at (the context decided from the model when none was asked for), or why it cannot
+    /// serve (then `/health` says so too).
+    pub fn ready(&self, engine: Engine) -> Result<Limits, String> {
         let pv = &engine.model.pack.manifest.provenance;
         let id = self.opts.alias.clone().unwrap_or_else(|| {
             let src = std::path::Path::new(&pv.source);
@@ -135,7 +139,7 @@ impl Server {
         if let Err(e) = engine.model.checked_context(limits.ctx) {
             tracing::error!(error = %e, "cannot serve at this context size");
             self.failed(e.to_string());
-            return;
+            return Err(e.to_string());
         }
         let engine = Arc::new(engine);
         let scheduler = Scheduler::start(engine.clone(), limits, self.metrics.clone());
@@ -148,6 +152,7 @@ impl Server {
             engine,
             scheduler,
         })));
+        Ok(limits)
     }
 
     /// Loading failed: `/health` says why; completions answer 503.
