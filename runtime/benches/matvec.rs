@@ -2,9 +2,12 @@
 //! against a named baseline run on the same bytes in the same process: one pass summing the
 //! bytes as u64 words (the memory-read ceiling of this machine for that buffer).
 //!
-//! `cargo bench -p onebit-runtime --bench matvec` (threads: RAYON_NUM_THREADS).
+//! `cargo bench -p onebit-runtime --bench matvec` (threads: RAYON_NUM_THREADS; cases whose name
+//! holds `ONEBIT_BENCH_ONLY`; paths in `ONEBIT_BENCH_PATHS`, e.g. `avx2,avx512`).
 
 use std::hint::black_box;
+
+use rayon::prelude::*;
 use std::time::Instant;
 
 use onebit_runtime::kernels::scan::{self, ScanMatrix};
@@ -14,9 +17,9 @@ mod common;
 
 use common::{median, random_tiles};
 
-/// Times `product` (reading `data`, `macs` multiply-adds) against one single-thread pass summing
-/// `data` as u64 words, alternated, and prints the medians.
-fn report(name: &str, data: &[u8], macs: usize, mut product: impl FnMut()) {
+/// Times `product` (reading `data`, `macs` multiply-adds) against one pass summing `data` as u64
+/// words on the same threads, alternated, and prints the medians.
+fn report(name: &str, path: Path, data: &[u8], macs: usize, mut product: impl FnMut()) {
     let reps = (400_000_000 / data.len()).clamp(3, 200);
     let mut t_kernel = Vec::new();
     let mut t_read = Vec::new();
@@ -26,16 +29,21 @@ fn report(name: &str, data: &[u8], macs: usize, mut product: impl FnMut()) {
         t_kernel.push(t0.elapsed().as_secs_f64());
         let t0 = Instant::now();
         let s: u64 = data
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .fold(0u64, u64::wrapping_add);
+            .par_chunks(1 << 16)
+            .map(|c| {
+                c.chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .fold(0u64, u64::wrapping_add)
+            })
+            .reduce(|| 0, u64::wrapping_add);
         black_box(s);
         t_read.push(t0.elapsed().as_secs_f64());
     }
     let (tk, tr) = (median(t_kernel), median(t_read));
     let gb = data.len() as f64 / 1e9;
     println!(
-        "{name:<44} {:>7.2} ms  {:>6.2} GB/s weights ({:>6.1} GMAC/s) | baseline read 1 thread {:>6.2} GB/s | kernel/read {:>5.1} %",
+        "{name:<40} {:<11} {:>8.2} ms {:>6.2} GB/s ({:>6.1} GMAC/s) | read {:>6.2} GB/s | kernel/read {:>5.1} %",
+        path.name(),
         tk * 1e3,
         gb / tk,
         macs as f64 / tk / 1e9,
@@ -44,40 +52,99 @@ fn report(name: &str, data: &[u8], macs: usize, mut product: impl FnMut()) {
     );
 }
 
+/// The paths to compare: `ONEBIT_BENCH_PATHS` (comma-separated names), else every path this CPU
+/// runs but the scalar one.
+fn paths() -> Vec<Path> {
+    match std::env::var("ONEBIT_BENCH_PATHS") {
+        Ok(v) => v.split(',').filter_map(Path::by_name).collect(),
+        Err(_) => Path::available()
+            .into_iter()
+            .filter(|p| *p != Path::Scalar)
+            .collect(),
+    }
+}
+
 fn main() {
-    let path = Path::detect();
     let threads = rayon::current_num_threads();
-    println!("kernel path {}, {threads} threads", path.name());
-    for (name, kind, rows, k, n) in [
-        ("lm_head 262144x640", "Q41_1280", 262_144, 640, 1),
-        ("ffn_gate 2048x640", "Q41_1280", 2048, 640, 1),
-        ("ffn_down 640x2048", "Q41_1280", 640, 2048, 1),
-        ("ffn_gate 2048x640 Q8C_8704", "Q8C_8704", 2048, 640, 1),
-        ("ffn_down 640x2048 Q8C_8704", "Q8C_8704", 640, 2048, 1),
+    println!(
+        "best kernel path {}, {threads} threads; baseline: the same bytes summed as u64 words on as many threads",
+        Path::detect().name()
+    );
+    let only = std::env::var("ONEBIT_BENCH_ONLY").unwrap_or_default();
+    let mut cases: Vec<(String, &str, usize, usize, usize)> = vec![
         (
-            "lm_head 262144x640 Q41_5120 (K padded 768)",
-            "Q41_5120",
+            "gemma270m lm_head 262144x640".into(),
+            "Q41_1280",
             262_144,
             640,
             1,
         ),
-        ("ffn_gate 2048x640, 64 tokens", "Q41_1280", 2048, 640, 64),
         (
-            "ffn_gate 2048x640 Q8C_8704, 64 tokens",
-            "Q8C_8704",
+            "gemma270m ffn_gate 2048x640".into(),
+            "Q41_1280",
+            2048,
+            640,
+            1,
+        ),
+        (
+            "gemma270m ffn_down 640x2048".into(),
+            "Q41_1280",
+            640,
+            2048,
+            1,
+        ),
+        (
+            "gemma270m ffn_gate 2048x640 x64".into(),
+            "Q41_1280",
             2048,
             640,
             64,
         ),
+    ];
+    // Hunyuan-1.8B's largest products (hidden 2048, FFN 6144) in every tile kind, one token and
+    // a 128-token prefill.
+    for kind in [
+        "Q40_4608", "Q41_5120", "Q40_5120", "Q41_2560", "Q41_1280", "Q8C_8704", "Q8L_8704",
+        "Q8H_5120",
     ] {
+        for (what, rows, k) in [
+            ("ffn_up 6144x2048", 6144, 2048),
+            ("ffn_down 2048x6144", 2048, 6144),
+        ] {
+            cases.push((format!("hy1.8b {what} {kind}"), kind, rows, k, 1));
+        }
+        cases.push((
+            format!("hy1.8b ffn_up 6144x2048 {kind} x128"),
+            kind,
+            6144,
+            2048,
+            128,
+        ));
+    }
+    cases.push((
+        "hy1.8b lm_head 120818x2048 Q40_4608".into(),
+        "Q40_4608",
+        120_818,
+        2048,
+        1,
+    ));
+    for (name, kind, rows, k, n) in cases {
+        if !name.contains(only.as_str()) {
+            continue;
+        }
         let layout = TileLayout::by_name(kind).expect("layout");
         let data = random_tiles(layout, rows, k);
         let m = QMatrix::new(layout, rows, k, &data).expect("sizes");
         let x: Vec<f32> = (0..n * k).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect();
         let mut y = vec![0f32; n * rows];
-        report(name, &data, rows * k * n, || {
-            m.matmul(path, black_box(&x), n, &mut y)
-        });
+        for path in paths() {
+            report(&name, path, &data, rows * k * n, || {
+                m.matmul(path, black_box(&x), n, &mut y)
+            });
+        }
+    }
+    if !"scan head".contains(only.as_str()) {
+        return;
     }
     // The 2-bit scan head on the same shape (random bf16 rows encoded as the repack stage does).
     let (rows, k) = (262_144, 640);
@@ -89,7 +156,13 @@ fn main() {
     let m = ScanMatrix::new(rows, k, &data).expect("sizes");
     let x: Vec<f32> = (0..k).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect();
     let mut y = vec![0f32; rows];
-    report("scan head 262144x640 (2-bit)", &data, rows * k, || {
-        m.matmul(path, black_box(&x), 1, &mut y)
-    });
+    for path in paths() {
+        report(
+            "scan head 262144x640 (2-bit)",
+            path,
+            &data,
+            rows * k,
+            || m.matmul(path, black_box(&x), 1, &mut y),
+        );
+    }
 }

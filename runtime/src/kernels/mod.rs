@@ -14,15 +14,20 @@
 //! weights with the dequantized activations ([`Activations::effective`]), which is what the tests
 //! and the self-check compare against.
 //!
-//! Paths: AVX2+FMA (runtime-detected; 16-row sub-bands, even/odd nibbles in two registers) and a
-//! portable scalar path with the same formulas. [`self_check`] compares either with the reference
+//! Paths, chosen at run time: AVX-512 VNNI for the 4-bit kinds (`x86_512`: `vpdpbusd` on codes
+//! put in row order by `vpermb`), AVX2+FMA (16-row sub-bands, even/odd nibbles in two
+//! registers), and a portable scalar path with the same formulas. [`self_check`] compares either with the reference
 //! decode on a pack's own weights at load.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 pub mod layout;
 mod scalar;
 pub mod scan;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_512;
 
 use rayon::prelude::*;
 
@@ -46,27 +51,93 @@ pub struct QMatrix<'a> {
 /// Which code path runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
+    /// AMX-INT8 tiles for every 16 tokens of a batch on the 4-bit kinds, the AVX-512 VNNI
+    /// kernels for the rest (the same numbers bit for bit; see `amx`).
+    Amx,
+    /// AVX-512 VNNI (with VBMI) for the 4-bit kinds; the 8-bit kinds and the scan head run their
+    /// AVX2 kernels (every CPU with these units has AVX2 and FMA).
+    Avx512Vnni,
     /// AVX2 + FMA.
     Avx2,
     /// Portable scalar.
     Scalar,
 }
 
+/// Environment variable that picks a slower path than [`Path::detect`]'s (`scalar`, `avx2`),
+/// for side-by-side benchmarks and for ruling a kernel out; a path the CPU lacks is never
+/// taken.
+pub const PATH_VAR: &str = "ONEBIT_KERNELS";
+
 impl Path {
-    /// The fastest path this CPU runs.
+    /// The fastest path this CPU runs, or the one [`PATH_VAR`] names when the CPU runs it.
     pub fn detect() -> Path {
+        let best = Path::best();
+        match std::env::var(PATH_VAR)
+            .ok()
+            .as_deref()
+            .and_then(Path::by_name)
+        {
+            Some(p) if p.rank() <= best.rank() => p,
+            _ => best,
+        }
+    }
+
+    /// Every path this CPU runs, fastest first.
+    pub fn available() -> Vec<Path> {
+        let best = Path::best();
+        [Path::Amx, Path::Avx512Vnni, Path::Avx2, Path::Scalar]
+            .into_iter()
+            .filter(|p| p.rank() <= best.rank())
+            .collect()
+    }
+
+    fn best() -> Path {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            use std::is_x86_feature_detected as has;
+            if has!("avx2") && has!("fma") {
+                if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") && has!("avx512vbmi") {
+                    if amx::cpu_has_amx() {
+                        return Path::Amx;
+                    }
+                    return Path::Avx512Vnni;
+                }
                 return Path::Avx2;
             }
         }
         Path::Scalar
     }
 
+    fn rank(self) -> u8 {
+        match self {
+            Path::Amx => 3,
+            Path::Avx512Vnni => 2,
+            Path::Avx2 => 1,
+            Path::Scalar => 0,
+        }
+    }
+
+    /// The path called `name` (as [`Path::name`] spells it, or `avx512`).
+    pub fn by_name(name: &str) -> Option<Path> {
+        match name {
+            "amx" | "amx-int8" => Some(Path::Amx),
+            "avx512" | "avx512-vnni" => Some(Path::Avx512Vnni),
+            "avx2" | "avx2+fma" => Some(Path::Avx2),
+            "scalar" => Some(Path::Scalar),
+            _ => None,
+        }
+    }
+
+    /// Whether the AVX2 kernels may run (every path but the scalar one).
+    pub fn has_avx2(self) -> bool {
+        self != Path::Scalar
+    }
+
     /// Name for logs and benchmarks.
     pub fn name(self) -> &'static str {
         match self {
+            Path::Amx => "amx-int8",
+            Path::Avx512Vnni => "avx512-vnni",
             Path::Avx2 => "avx2+fma",
             Path::Scalar => "scalar",
         }
@@ -130,9 +201,21 @@ impl<'a> QMatrix<'a> {
     ) {
         match path {
             #[cfg(target_arch = "x86_64")]
-            Path::Avx2 => {
-                // SAFETY: `Path::Avx2` is only produced by `Path::detect` after checking the CPU
-                // for AVX2 and FMA.
+            Path::Amx if x86_512::covers(self.layout.codes) => {
+                // SAFETY: `Path::Amx` is only produced after checking the CPU for AMX-INT8 (and
+                // the OS for tile state) besides everything `Path::Avx512Vnni` needs; the kernel
+                // asks Linux for this thread's permission itself.
+                unsafe { amx::block(self, rb, a, out, stride, local) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512Vnni | Path::Amx if x86_512::covers(self.layout.codes) => {
+                // SAFETY: `Path::Avx512Vnni` is only produced by `Path::detect`/`available`
+                // after checking the CPU for AVX-512 F/BW/VNNI/VBMI, AVX2 and FMA.
+                unsafe { x86_512::block(self, rb, a, out, stride, local) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 | Path::Avx512Vnni | Path::Amx => {
+                // SAFETY: all three paths are only produced after checking the CPU for AVX2 and FMA.
                 unsafe { x86::block(self, rb, a, out, stride, local) }
             }
             _ => scalar::block(self, rb, a, out, stride, local),
@@ -154,6 +237,10 @@ pub struct Activations {
     /// The same codes widened to i16 (the AVX2 8-bit kernel broadcasts two of them as one i32);
     /// empty until [`Activations::widen`].
     pub q16: Vec<i16>,
+    /// The codes of every whole block of 16 tokens in AMX tile order (per block and 32-column
+    /// group, 16 rows of 32 codes, contiguous: the tokens' own rows lie `kp` bytes apart, which
+    /// maps a block's rows onto a few cache sets); empty until [`Activations::tile_order`].
+    pub qt: Vec<i8>,
     /// `n × kp/32` int8 scales.
     pub qd: Vec<f32>,
     /// `n × kp/32` sums of the int8 codes.
@@ -169,6 +256,7 @@ impl Activations {
             kp,
             q: vec![0i8; n * kp],
             q16: Vec::new(),
+            qt: Vec::new(),
             qd: vec![0f32; n * groups],
             qsum: vec![0i32; n * groups],
         };
@@ -183,7 +271,7 @@ impl Activations {
                     a.qd[at] = amax / 127.0;
                     let inv = 127.0 / amax;
                     for (o, &v) in q.iter_mut().zip(src) {
-                        *o = (v * inv).round().clamp(-127.0, 127.0) as i8;
+                        *o = round_code(v * inv);
                     }
                     a.qsum[at] = q.iter().map(|&v| v as i32).sum();
                 } else if !amax.is_finite() {
@@ -200,6 +288,20 @@ impl Activations {
         self.q16 = self.q.iter().map(|&v| i16::from(v)).collect();
     }
 
+    /// Fills [`Activations::qt`]: only calls on the AMX path with 16 tokens or more read it.
+    pub fn tile_order(&mut self) {
+        let (groups, blocks) = (self.kp / 32, self.n / 16);
+        self.qt = vec![0i8; blocks * 16 * self.kp];
+        for b in 0..blocks {
+            for g in 0..groups {
+                for m in 0..16 {
+                    let src = &self.q[(b * 16 + m) * self.kp + g * 32..][..32];
+                    self.qt[((b * groups + g) * 16 + m) * 32..][..32].copy_from_slice(src);
+                }
+            }
+        }
+    }
+
     /// The values a product reads, dequantized: the input of the exact reference a kernel is
     /// checked against.
     pub fn effective(&self) -> Vec<f32> {
@@ -209,6 +311,16 @@ impl Activations {
             .flat_map(|(q, &d)| q.iter().map(move |&v| d * v as f32))
             .collect()
     }
+}
+
+/// `x` (|x| ≤ 127 up to rounding) to the nearest int8, ties to even: adding and subtracting 1.5·2²³
+/// leaves exactly the rounded value for |x| < 2²², in plain float arithmetic that vectorizes (a
+/// `round` call does not on the baseline target, and quantizing a prefill's activations was a
+/// tenth of its products' time).
+#[inline]
+fn round_code(x: f32) -> i8 {
+    const MAGIC: f32 = 12_582_912.0;
+    ((x + MAGIC) - MAGIC).clamp(-127.0, 127.0) as i8
 }
 
 /// Several products of the same activations at once (q/k/v, gate/up): one pass over `x` for
@@ -231,8 +343,11 @@ pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &m
     }
     assert_eq!(x.len(), n * k, "activation size");
     let mut acts = Activations::new(x, n, k, kp);
-    if path == Path::Avx2 && mats.iter().any(|m| m.layout.codes == CodeKind::S8) {
+    if path.has_avx2() && mats.iter().any(|m| m.layout.codes == CodeKind::S8) {
         acts.widen();
+    }
+    if path == Path::Amx && n >= 16 && mats.iter().any(|m| m.layout.codes != CodeKind::S8) {
+        acts.tile_order();
     }
     // Tasks: (matrix, first row block, row blocks), ≈ 64 KiB of tiles each.
     let mut tasks = Vec::new();
@@ -448,24 +563,25 @@ pub(crate) mod tests {
                 }
             }
             let m = QMatrix::new(layout, rows, k, &data).expect("sizes");
-            let n = 3;
-            let x: Vec<f32> = (0..n * k)
-                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-                .collect();
-            let want = reference_matmul(&m, &x, n);
-            for path in [Path::Scalar, Path::detect()] {
-                let mut y = vec![0f32; n * rows];
-                m.matmul(path, &x, n, &mut y);
-                let scale = want.iter().fold(0f64, |a, &b| a.max(b.abs()));
-                for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {
-                    assert!(
-                        ((a as f64) - b).abs() <= 1e-5 * scale,
-                        "{} {:?} [{i}]: {a} vs {b}",
-                        layout.name,
-                        path
-                    );
+            for n in [1, 3, 6, 16, 37] {
+                let x: Vec<f32> = (0..n * k)
+                    .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                    .collect();
+                let want = reference_matmul(&m, &x, n);
+                for path in Path::available() {
+                    let mut y = vec![0f32; n * rows];
+                    m.matmul(path, &x, n, &mut y);
+                    let scale = want.iter().fold(0f64, |a, &b| a.max(b.abs()));
+                    for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {
+                        assert!(
+                            ((a as f64) - b).abs() <= 1e-5 * scale,
+                            "{} {:?} [{i}]: {a} vs {b}",
+                            layout.name,
+                            path
+                        );
+                    }
+                    assert!(self_check(&m, path).max_rel < 1e-5);
                 }
-                assert!(self_check(&m, path).max_rel < 1e-5);
             }
         }
     }
@@ -481,7 +597,7 @@ pub(crate) mod tests {
             .collect();
         let want = reference_matmul(&m, &x, 3);
         let scale = want.iter().fold(0f64, |a, &b| a.max(b.abs()));
-        for path in [Path::Scalar, Path::detect()] {
+        for path in Path::available() {
             let mut batch = vec![f32::NAN; 3 * rows];
             m.matmul(path, &x, 3, &mut batch);
             for t in 0..3 {
@@ -505,16 +621,47 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn every_simd_path_gives_the_same_numbers_as_the_path_below_it_for_4_bit_tiles() {
+        // AMX and AVX-512 VNNI share their f32 steps: bit for bit. Both differ from AVX2 only in
+        // the order of float additions.
+        let paths = Path::available();
+        if !paths.contains(&Path::Amx) {
+            eprintln!("no AMX-INT8 on this CPU: the tile path is not run here");
+            return;
+        }
+        let granted = rayon::broadcast(|_| amx::thread_ready());
+        assert!(
+            granted.iter().all(|&g| g),
+            "Linux refused a pool thread AMX: {granted:?}"
+        );
+        for layout in layout::LAYOUTS.iter().filter(|l| l.codes != CodeKind::S8) {
+            let (rows, k) = (layout.rows * 3, layout.cols * 2 + 64);
+            let data = random_matrix(*layout, rows, k, 3);
+            let m = QMatrix::new(*layout, rows, k, &data).expect("sizes");
+            for n in [16, 35, 64] {
+                let x: Vec<f32> = (0..n * k)
+                    .map(|i| ((i * 29 % 61) as f32 - 30.0) / 17.0)
+                    .collect();
+                let mut tiles = vec![0f32; n * rows];
+                let mut vnni = vec![0f32; n * rows];
+                m.matmul(Path::Amx, &x, n, &mut tiles);
+                m.matmul(Path::Avx512Vnni, &x, n, &mut vnni);
+                assert_eq!(bits(&tiles), bits(&vnni), "{} n={n}", layout.name);
+            }
+        }
+    }
+
+    #[test]
     fn a_batch_gives_bit_for_bit_the_single_token_results() {
         for layout in layout::LAYOUTS {
             let (rows, k) = (layout.rows * 2, layout.cols * 2);
             let data = random_matrix(layout, rows, k, 11);
             let m = QMatrix::new(layout, rows, k, &data).expect("sizes");
-            let n = 7;
+            let n = 37;
             let x: Vec<f32> = (0..n * k)
                 .map(|i| ((i * 13 % 29) as f32 - 14.0) / 9.0)
                 .collect();
-            for path in [Path::Scalar, Path::detect()] {
+            for path in Path::available() {
                 let mut batch = vec![0f32; n * rows];
                 m.matmul(path, &x, n, &mut batch);
                 for t in 0..n {

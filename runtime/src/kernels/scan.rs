@@ -39,6 +39,13 @@ pub struct ScanMatrix<'a> {
     data: &'a [u8],
 }
 
+impl ScanMatrix<'_> {
+    /// Bytes a product reads.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
 /// K padded to whole groups.
 pub fn k_padded(k: usize) -> usize {
     k.div_ceil(GROUP) * GROUP
@@ -215,8 +222,8 @@ impl Token {
 fn block_dot(path: Path, block: &[u8], t: &Token, out: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => {
-            // SAFETY: `Path::Avx2` is only chosen when the CPU reports AVX2 and FMA.
+        Path::Avx2 | Path::Avx512Vnni | Path::Amx => {
+            // SAFETY: these paths are only chosen when the CPU reports AVX2 and FMA.
             unsafe { avx2::block_dot(block, t, out) }
         }
         _ => scalar_block_dot(block, t, out),
@@ -397,7 +404,7 @@ mod tests {
                             .sum();
                     }
                 }
-                for path in [Path::Scalar, Path::detect()] {
+                for path in Path::available() {
                     let mut y = vec![0f32; n * rows];
                     m.matmul(path, &x, n, &mut y);
                     for (i, (&a, &b)) in y.iter().zip(&want).enumerate() {

@@ -156,6 +156,29 @@ impl Model {
         })
     }
 
+    /// Bytes of weights one greedy decode step reads: every layer's matrices, the head as a
+    /// greedy row reads it (the 2-bit scan head where the pack has one and candidates are
+    /// re-scored, plus the candidates' bf16 rows), and one embedding row. Divided into a
+    /// measured read bandwidth it is the decode speed's ceiling; benchmarks print the fraction
+    /// of it reached.
+    pub fn decode_bytes(&self) -> usize {
+        let bytes = |w: &Weight| match w {
+            Weight::Tiled { range, .. } | Weight::Bf16 { range, .. } => range.len(),
+        };
+        let layers: usize = self
+            .layers
+            .iter()
+            .flat_map(|l| l.mixing.weights().into_iter().chain(l.ffn.weights()))
+            .map(bytes)
+            .sum();
+        let row = 2 * self.spec.hidden;
+        let head = match self.pack.head_scan() {
+            Some(scan) if self.rescore > 0 => scan.bytes() + self.rescore * row,
+            _ => bytes(&self.head),
+        };
+        layers + head + row
+    }
+
     fn all_weights(&self) -> Vec<&Weight> {
         let mut v = vec![&self.head];
         for l in &self.layers {

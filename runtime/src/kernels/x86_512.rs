@@ -1,0 +1,375 @@
+//! AVX-512 VNNI kernels for the 4-bit tile kinds (`Q40_*`, `Q41_*`): `vpdpbusd` multiplies four
+//! unsigned weight codes by four signed int8 activations and adds the four products into one i32
+//! lane, so one instruction does 64 multiply-adds where the AVX2 path's `maddubs` does 32 and
+//! needs a widening add after it.
+//!
+//! `vpdpbusd` wants each lane's four bytes to be four columns of one row, while a tile stores
+//! each column's codes contiguous (q4nx-format §2). One `vpermb` (AVX-512 VBMI) per 64-byte load
+//! moves the bytes into that order in a register; the tile in memory is the pack's, unchanged.
+//!
+//! * Lane bands of 32 rows (`Q40_4608`): a load is 4 columns × 32 rows. Lane `j` gets byte `j` of
+//!   each column: its low nibbles are row `2j`, its high nibbles row `2j + 1`, so the group sums
+//!   come out as even rows and odd rows; the bf16 scales split the same way with one shift or
+//!   one mask, and the rows are put back in order once per row band.
+//! * Lane bands of 16 rows (`Q41_1280`, `Q41_2560`, `Q41_5120`, `Q40_5120`): a load is 8 columns
+//!   × 16 rows. Lane `2j + h` gets byte `j` of columns `4h .. 4h+4`, matched by the activation
+//!   bytes `x[c+4h .. c+4h+4]` (one 8-byte broadcast); adding each lane pair gives row `2j`
+//!   (low nibbles) or `2j + 1` (high nibbles), already in row order.
+//!
+//! Signed nibbles are read as `q + 8` (xor 0x88) and `8·Σx` is taken back per group, as on the
+//! AVX2 path. Up to four tokens share each unpacked load. Each token's arithmetic is the same
+//! whatever the batch, so a batch gives bit for bit the single-token results on this path.
+
+use std::arch::x86_64::*;
+
+use super::layout::CodeKind;
+use super::{Activations, QMatrix};
+
+/// Tokens that share one unpacked load (4 keeps every accumulator in a register).
+const TOKENS: usize = 4;
+
+/// Whether this path has a kernel for `codes` (the 8-bit kinds stay on AVX2).
+pub(super) fn covers(codes: CodeKind) -> bool {
+    matches!(codes, CodeKind::S4 | CodeKind::U4)
+}
+
+/// One row block of a 4-bit layout (see `QMatrix::block`).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VNNI/VBMI, AVX2 and FMA; `m.layout.codes` is 4-bit.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+pub(super) unsafe fn block(
+    m: &QMatrix<'_>,
+    rb: usize,
+    a: &Activations,
+    out: &mut [f32],
+    stride: usize,
+    local: usize,
+) {
+    // SAFETY: same contract.
+    unsafe { block_from(m, rb, a, 0, out, stride, local) }
+}
+
+/// [`block`] for tokens `first ..` only.
+///
+/// # Safety
+/// As [`block`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+pub(super) unsafe fn block_from(
+    m: &QMatrix<'_>,
+    rb: usize,
+    a: &Activations,
+    first: usize,
+    out: &mut [f32],
+    stride: usize,
+    local: usize,
+) {
+    debug_assert!(covers(m.layout.codes));
+    let wide = m.layout.lane == 32;
+    let mut t0 = first;
+    while t0 < a.n {
+        let nt = (a.n - t0).min(TOKENS);
+        // SAFETY: same CPU and geometry contract as this function.
+        unsafe {
+            match (wide, nt) {
+                (true, 1) => lane32::<1>(m, rb, a, t0, out, stride, local),
+                (true, 2) => lane32::<2>(m, rb, a, t0, out, stride, local),
+                (true, 3) => lane32::<3>(m, rb, a, t0, out, stride, local),
+                (true, _) => lane32::<4>(m, rb, a, t0, out, stride, local),
+                (false, 1) => lane16::<1>(m, rb, a, t0, out, stride, local),
+                (false, 2) => lane16::<2>(m, rb, a, t0, out, stride, local),
+                (false, 3) => lane16::<3>(m, rb, a, t0, out, stride, local),
+                (false, _) => lane16::<4>(m, rb, a, t0, out, stride, local),
+            }
+        }
+        t0 += nt;
+    }
+}
+
+/// `vpermb` index for a load of 4 columns × 16 bytes: lane `j` ← byte `j` of columns 0..4.
+const PERM32: [u8; 64] = {
+    let mut p = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        let (j, col) = (i / 4, i % 4);
+        p[i] = (16 * col + j) as u8;
+        i += 1;
+    }
+    p
+};
+
+/// `vpermb` index for a load of 8 columns × 8 bytes: lane `2j + h` ← byte `j` of columns
+/// `4h .. 4h+4`.
+const PERM16: [u8; 64] = {
+    let mut p = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        let (d, col) = (i / 4, i % 4);
+        let (j, h) = (d / 2, d % 2);
+        p[i] = (8 * (4 * h + col) + j) as u8;
+        i += 1;
+    }
+    p
+};
+
+/// Rows 0–15 and 16–31 of a 32-row band from its even-row and odd-row lanes.
+const EVEN_ODD_LO: [i32; 16] = {
+    let mut p = [0i32; 16];
+    let mut i = 0;
+    while i < 16 {
+        p[i] = (i / 2 + 16 * (i % 2)) as i32;
+        i += 1;
+    }
+    p
+};
+const EVEN_ODD_HI: [i32; 16] = {
+    let mut p = [0i32; 16];
+    let mut i = 0;
+    while i < 16 {
+        p[i] = (8 + i / 2 + 16 * (i % 2)) as i32;
+        i += 1;
+    }
+    p
+};
+
+/// Bytes of the scale and zero-point planes in front of the codes.
+fn planes(l: &super::TileLayout) -> usize {
+    (if l.zero { 4 } else { 2 }) * l.rows * l.groups()
+}
+
+/// Where the activation codes of tokens `t0 .. t0+NT` start at column `col`.
+///
+/// # Panics
+/// When a token's 32 codes from `col` are not all inside `v`.
+#[inline]
+fn token_codes<const NT: usize>(v: &[i8], kp: usize, t0: usize, col: usize) -> [*const i8; NT] {
+    std::array::from_fn(|t| v[(t0 + t) * kp + col..][..32].as_ptr())
+}
+
+/// The xor that reads signed nibbles as `q + 8` (0 for unsigned codes).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+fn flip_of(codes: CodeKind) -> __m512i {
+    _mm512_set1_epi8(if codes == CodeKind::S4 {
+        0x88u8 as i8
+    } else {
+        0
+    })
+}
+
+/// What a group's integer sums become in f32: `acc + d·dx·(isum − back) + z·dx·Σx`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+pub(super) fn scale(
+    acc: __m512,
+    isum: __m512i,
+    d: __m512,
+    z: Option<__m512>,
+    a: &Activations,
+    at: usize,
+    signed: bool,
+) -> __m512 {
+    let (dx, qs) = (a.qd[at], a.qsum[at]);
+    let v = if signed {
+        _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qs))
+    } else {
+        isum
+    };
+    let acc = _mm512_fmadd_ps(
+        _mm512_mul_ps(d, _mm512_set1_ps(dx)),
+        _mm512_cvtepi32_ps(v),
+        acc,
+    );
+    match z {
+        Some(z) => _mm512_fmadd_ps(z, _mm512_set1_ps(dx * qs as f32), acc),
+        None => acc,
+    }
+}
+
+/// 16 little-endian bf16 values (the first 32 bytes of `src`) in order as f32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+pub(super) fn widen16(src: &[u8]) -> __m512 {
+    let src = &src[..32];
+    // SAFETY: 32 bytes (sliced above).
+    let v = unsafe { _mm256_loadu_si256(src.as_ptr() as *const __m256i) };
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16))
+}
+
+/// `out[..16] += v`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+pub(super) fn add_to(out: &mut [f32], v: __m512) {
+    let out = &mut out[..16];
+    let p = out.as_mut_ptr();
+    // SAFETY: `out` holds 16 floats (sliced above).
+    unsafe { _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v)) }
+}
+
+/// 4-bit codes in lane bands of 32 rows, tokens `t0 .. t0+NT`.
+///
+/// # Safety
+/// As [`block`]; `m.layout.lane == 32`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+unsafe fn lane32<const NT: usize>(
+    m: &QMatrix<'_>,
+    rb: usize,
+    a: &Activations,
+    t0: usize,
+    out: &mut [f32],
+    stride: usize,
+    local: usize,
+) {
+    let l = &m.layout;
+    let (kp, groups, per_tile, cols, rows) = (a.kp, a.kp / 32, l.groups(), l.cols, l.rows);
+    debug_assert_eq!(kp, m.k_padded());
+    let signed = l.codes == CodeKind::S4;
+    let flip = flip_of(l.codes);
+    let low = _mm512_set1_epi8(0x0F);
+    let high_half = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+    // SAFETY: the index arrays hold 64 bytes / 16 i32.
+    let (perm, lo_idx, hi_idx) = unsafe {
+        (
+            _mm512_loadu_si512(PERM32.as_ptr() as *const _),
+            _mm512_loadu_si512(EVEN_ODD_LO.as_ptr() as *const _),
+            _mm512_loadu_si512(EVEN_ODD_HI.as_ptr() as *const _),
+        )
+    };
+    // Even and odd rows of a 32-lane scale plane slice as f32.
+    let split = |v: __m512i| {
+        (
+            _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
+            _mm512_castsi512_ps(_mm512_and_si512(v, high_half)),
+        )
+    };
+    for band in 0..rows / 32 {
+        let mut even = [_mm512_setzero_ps(); NT];
+        let mut odd = [_mm512_setzero_ps(); NT];
+        for cb in 0..m.ct {
+            let tile = m.tile(rb, cb);
+            let codes = l.base + band * cols * 16;
+            assert!(codes + cols * 16 <= tile.len() && planes(l) <= l.base);
+            let tp = tile.as_ptr();
+            for g in 0..per_tile {
+                let xs = token_codes::<NT>(&a.q, kp, t0, cb * cols + g * 32);
+                let mut lo = [_mm512_setzero_si512(); NT];
+                let mut hi = [_mm512_setzero_si512(); NT];
+                for quad in 0..8 {
+                    // SAFETY: columns g·32 + 4·quad .. +4 of this band, 16 bytes each, inside
+                    // the code plane (asserted above).
+                    let w = unsafe {
+                        _mm512_loadu_si512(tp.add(codes + (g * 32 + quad * 4) * 16) as *const _)
+                    };
+                    let w = _mm512_permutexvar_epi8(perm, _mm512_xor_si512(w, flip));
+                    let wl = _mm512_and_si512(w, low);
+                    let wh = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+                    for t in 0..NT {
+                        // SAFETY: 4 of the group's 32 codes at xs[t] + 4·quad.
+                        let four = unsafe { (xs[t].add(4 * quad) as *const i32).read_unaligned() };
+                        let xv = _mm512_set1_epi32(four);
+                        lo[t] = _mm512_dpbusd_epi32(lo[t], wl, xv);
+                        hi[t] = _mm512_dpbusd_epi32(hi[t], wh, xv);
+                    }
+                }
+                let slot = 2 * (g * rows + band * 32);
+                // SAFETY: the scale (and zero-point) plane holds rows·groups bf16 values; this
+                // band's 32 of group g are 64 bytes at `slot`.
+                let (d, z) = unsafe {
+                    let d = split(_mm512_loadu_si512(tp.add(slot) as *const _));
+                    let z = l.zero.then(|| {
+                        split(_mm512_loadu_si512(tp.add(l.zero_base() + slot) as *const _))
+                    });
+                    (d, z)
+                };
+                for t in 0..NT {
+                    let at = (t0 + t) * groups + cb * per_tile + g;
+                    even[t] = scale(even[t], lo[t], d.0, z.map(|z| z.0), a, at, signed);
+                    odd[t] = scale(odd[t], hi[t], d.1, z.map(|z| z.1), a, at, signed);
+                }
+            }
+        }
+        for t in 0..NT {
+            let at = (t0 + t) * stride + local + band * 32;
+            add_to(
+                &mut out[at..],
+                _mm512_permutex2var_ps(even[t], lo_idx, odd[t]),
+            );
+            add_to(
+                &mut out[at + 16..],
+                _mm512_permutex2var_ps(even[t], hi_idx, odd[t]),
+            );
+        }
+    }
+}
+
+/// 4-bit codes in lane bands of 16 rows, tokens `t0 .. t0+NT`.
+///
+/// # Safety
+/// As [`block`]; `m.layout.lane == 16`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+unsafe fn lane16<const NT: usize>(
+    m: &QMatrix<'_>,
+    rb: usize,
+    a: &Activations,
+    t0: usize,
+    out: &mut [f32],
+    stride: usize,
+    local: usize,
+) {
+    let l = &m.layout;
+    let (kp, groups, per_tile, cols, rows) = (a.kp, a.kp / 32, l.groups(), l.cols, l.rows);
+    debug_assert_eq!(kp, m.k_padded());
+    let signed = l.codes == CodeKind::S4;
+    let flip = flip_of(l.codes);
+    let low = _mm512_set1_epi8(0x0F);
+    // SAFETY: the index array holds 64 bytes.
+    let perm = unsafe { _mm512_loadu_si512(PERM16.as_ptr() as *const _) };
+    // Lane pairs (2j, 2j+1) summed: low nibbles give row 2j, high nibbles row 2j+1.
+    let rows_of = |lo: __m512i, hi: __m512i| {
+        let sl = _mm512_add_epi32(lo, _mm512_shuffle_epi32::<_MM_PERM_CDAB>(lo));
+        let sh = _mm512_add_epi32(hi, _mm512_shuffle_epi32::<_MM_PERM_CDAB>(hi));
+        _mm512_mask_blend_epi32(0xAAAA, sl, sh)
+    };
+    for band in 0..rows / 16 {
+        let mut acc = [_mm512_setzero_ps(); NT];
+        for cb in 0..m.ct {
+            let tile = m.tile(rb, cb);
+            let codes = l.base + band * cols * 8;
+            assert!(codes + cols * 8 <= tile.len() && planes(l) <= l.base);
+            let tp = tile.as_ptr();
+            for g in 0..per_tile {
+                let xs = token_codes::<NT>(&a.q, kp, t0, cb * cols + g * 32);
+                let mut lo = [_mm512_setzero_si512(); NT];
+                let mut hi = [_mm512_setzero_si512(); NT];
+                for oct in 0..4 {
+                    // SAFETY: columns g·32 + 8·oct .. +8 of this band, 8 bytes each, inside the
+                    // code plane (asserted above).
+                    let w = unsafe {
+                        _mm512_loadu_si512(tp.add(codes + (g * 32 + oct * 8) * 8) as *const _)
+                    };
+                    let w = _mm512_permutexvar_epi8(perm, _mm512_xor_si512(w, flip));
+                    let wl = _mm512_and_si512(w, low);
+                    let wh = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+                    for t in 0..NT {
+                        // SAFETY: 8 of the group's 32 codes at xs[t] + 8·oct.
+                        let eight = unsafe { (xs[t].add(8 * oct) as *const i64).read_unaligned() };
+                        let xv = _mm512_set1_epi64(eight);
+                        lo[t] = _mm512_dpbusd_epi32(lo[t], wl, xv);
+                        hi[t] = _mm512_dpbusd_epi32(hi[t], wh, xv);
+                    }
+                }
+                // This band's 16 bf16 scales (zero-points) of group g.
+                let slot = 2 * (g * rows + band * 16);
+                let d = widen16(&tile[slot..slot + 32]);
+                let z = l.zero.then(|| widen16(&tile[l.zero_base() + slot..][..32]));
+                for t in 0..NT {
+                    let at = (t0 + t) * groups + cb * per_tile + g;
+                    acc[t] = scale(acc[t], rows_of(lo[t], hi[t]), d, z, a, at, signed);
+                }
+            }
+        }
+        for (t, v) in acc.into_iter().enumerate() {
+            add_to(&mut out[(t0 + t) * stride + local + band * 16..], v);
+        }
+    }
+}

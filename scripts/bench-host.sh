@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The host runtime against llama.cpp's best build on this machine, side by side on the same GGUF:
+# prefill and decode tokens/s at each thread count, decode at the same depth on both sides, the
+# rounds alternated, and each side's decode as a fraction of the machine's read bandwidth.
+#
+# Models: the Gemma 3 270M demo pack (its Q4_K_M GGUF as llama.cpp's side) and the Hunyuan-1.8B
+# shape (random Q4_0 weights from scripts/random-gguf.py, converted by `onebit-pipe convert`).
+#
+# llama.cpp's best build for this CPU (../shared/docs/baselines.md): GGML_NATIVE=ON from the
+# `llama-cpp-python==0.3.36` sdist; on a CPU with AMX-INT8 its AMX path, with the one-line
+# compiler barrier gcc 12 needs before `_tile_loadconfig`. Built once into
+# ~/.cache/onebit-models/llama.cpp-native.
+#
+# usage: scripts/bench-host.sh [ROUNDS] [THREADS...]     (defaults: 3 rounds, threads 1 2)
+# env:   ONEBIT_BENCH_MODELS="gemma hunyuan"   ONEBIT_KERNELS=avx2 (our path, to compare paths)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+shift || true
+threads=("$@")
+[ ${#threads[@]} -gt 0 ] || threads=(1 2)
+models=${ONEBIT_BENCH_MODELS:-gemma hunyuan}
+cache="$HOME/.cache/onebit-models"
+mkdir -p "$cache"
+
+cargo build --release --quiet --bin onebit-pipe
+bin=target/release/onebit-pipe
+
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n')
+has() { grep -qx "$1" <<<"$flags"; }
+cpu_features=$(for f in avx2 fma avx_vnni avx512f avx512bw avx512_vnni avx512_vbmi avx512_bf16 amx_tile amx_int8; do has "$f" && printf '%s ' "$f"; done)
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; features: $cpu_features"
+
+# llama.cpp's best build.
+ll_src="$cache/llama.cpp-native"
+ll="$ll_src/build/bin"
+if [ ! -x "$ll/llama-bench" ]; then
+  python3 -m pip install -q cmake ninja >&2
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --no-binary llama-cpp-python -d "$tmp" "llama-cpp-python==0.3.36" >&2
+  tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+  rm -rf "$ll_src" && mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$ll_src"
+  mmq="$ll_src/ggml/src/ggml-cpu/amx/mmq.cpp"
+  if has amx_int8 && ! grep -q '__asm__ __volatile__("" : : "m"(tc));' "$mmq"; then
+    # gcc 12 drops the stores that fill the tile configuration (baselines.md).
+    sed -i 's/^\(\s*\)_tile_loadconfig(&tc);/\1__asm__ __volatile__("" : : "m"(tc));\n\1_tile_loadconfig(\&tc);/' "$mmq"
+  fi
+  cmake -S "$ll_src" -B "$ll_src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
+  cmake --build "$ll_src/build" -j "$(nproc)" --target llama-bench llama-perplexity llama-completion >&2
+fi
+ll_features=$(grep -o 'GGML_[A-Z0-9_]*:BOOL=ON' "$ll_src/build/CMakeCache.txt" | sed 's/:BOOL=ON//; s/GGML_//' | grep -E 'NATIVE|AVX|AMX|FMA|F16C|BMI2' | tr '\n' ' ' || true)
+if has amx_int8 && grep -q "amx" "$ll_src/build/CMakeCache.txt"; then ll_features="$ll_features(-march=native: AMX-INT8 tiles for Q4_0/Q4_1/Q8_0/K-quants)"; fi
+echo "llama.cpp: $ll_src ($ll_features)"
+
+bw=$(cargo bench -q -p onebit-runtime --bench bandwidth 2>/dev/null | grep read_bandwidth || true)
+echo "$bw"
+bw_at() { sed -n "s/^read_bandwidth threads=$1 gb_per_s=//p" <<<"$bw"; }
+
+# The models: name, our source arguments, GGUF, prompt.
+declare -A src gguf
+for m in $models; do
+  case $m in
+    gemma)
+      gguf[gemma]=$(scripts/fetch-gemma.sh)
+      mirror="${ONEBIT_DEMO_MIRROR:-$cache/mirror}"
+      [ -f "$mirror/FastFlowLM/Gemma3-270M-NPU2/model.q4nx" ] || scripts/demo.sh >&2
+      src[gemma]="--repo FastFlowLM/Gemma3-270M-NPU2 --endpoint $mirror --reference ${gguf[gemma]}"
+      ;;
+    hunyuan)
+      g="$cache/random/hunyuan-1.8b-q4_0.gguf"
+      repo="$cache/random/Hunyuan-1.8B"
+      mkdir -p "$cache/random"
+      [ -f "$g" ] || python3 scripts/random-gguf.py tests/fixtures/configs/hunyuan/Hunyuan-1.8B-Instruct/config.json --out "$g" >&2
+      [ -f "$repo/model.q4nx" ] || "$bin" -q convert --gguf "$g" --out "$repo" >&2
+      gguf[hunyuan]=$g
+      src[hunyuan]="--path $repo --reference $g"
+      ;;
+    *) echo "unknown model $m (gemma, hunyuan)" >&2; exit 2 ;;
+  esac
+  # shellcheck disable=SC2086
+  "$bin" -q run ${src[$m]} >&2
+done
+
+prompt_text=$(head -c 1500 tests/fixtures/text/calibration.txt | tr '\n' ' ')
+ours() { # model threads → one JSON line
+  # shellcheck disable=SC2086
+  "$bin" -q --json generate ${src[$1]} --prompt "$prompt_text" --max-tokens 64 --temperature 0 \
+    --ctx-size 1024 -t "$2" | tail -1
+}
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+theirs() { # model threads prompt_tokens → "prefill decode"
+  "$ll/llama-bench" -m "${gguf[$1]}" -t "$2" -p "$3" -n 0 -r 1 -o json 2>/dev/null |
+    python3 -c "import json,sys; print(f\"{json.load(sys.stdin)[0]['avg_ts']:.1f}\")"
+}
+theirs_decode() { # model threads depth
+  "$ll/llama-bench" -m "${gguf[$1]}" -t "$2" -p 0 -n 64 -d "$3" -r 1 -o json 2>/dev/null |
+    python3 -c "import json,sys; print(f\"{json.load(sys.stdin)[0]['avg_ts']:.1f}\")"
+}
+gguf_bytes() { # bytes llama.cpp reads per decoded token: every tensor but the token embedding,
+  # which it reads whole only as the head of a tied model (one row otherwise)
+  python3 - "$1" <<'EOF'
+import sys
+import gguf
+ts = {t.name: int(t.n_bytes) for t in gguf.GGUFReader(sys.argv[1]).tensors}
+emb = ts.pop("token_embd.weight", 0)
+print(sum(ts.values()) + (emb if "output.weight" not in ts else 0))
+EOF
+}
+
+echo
+echo "| model | threads | round | ours prefill tok/s | llama.cpp prefill tok/s | ours decode tok/s | llama.cpp decode tok/s (same depth) | ours GB/token | llama.cpp GB/token | ours % of bandwidth | llama.cpp % of bandwidth |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for m in $models; do
+  ll_bytes=$(gguf_bytes "${gguf[$m]}")
+  for t in "${threads[@]}"; do
+    b=$(bw_at "$t"); b=${b:-0}
+    for r in $(seq 1 "$rounds"); do
+      j=$(ours "$m" "$t")
+      n=$(field "$j" prompt_tokens)
+      op=$(field "$j" prefill_tokens_per_s); od=$(field "$j" decode_tokens_per_s)
+      ob=$(field "$j" decode_weight_bytes_per_token); path=$(field "$j" kernel)
+      lp=$(theirs "$m" "$t" "$n")
+      ld=$(theirs_decode "$m" "$t" "$n")
+      python3 - "$m" "$t" "$r" "$op" "$lp" "$od" "$ld" "$ob" "$ll_bytes" "$b" "$path" "$n" <<'EOF'
+import sys
+m, t, r, op, lp, od, ld, ob, lb, bw, path, n = sys.argv[1:]
+op, lp, od, ld, ob, lb, bw = map(float, (op, lp, od, ld, ob, lb, bw))
+frac = lambda tps, b: f"{100 * tps * b / 1e9 / bw:.0f} %" if bw else "?"
+print(f"| {m} ({n}-token prompt; ours {path}) | {t} | {r} | {op:.1f} | {lp:.1f} ({op / lp:.2f}×) | {od:.1f} | {ld:.1f} ({od / ld:.2f}×) "
+      f"| {ob / 1e9:.3f} | {lb / 1e9:.3f} | {frac(od, ob)} | {frac(ld, lb)} |")
+EOF
+    done
+  done
+done
