@@ -6,6 +6,7 @@
 //! generation loop ([`generate`]). It depends on no other onebit crate: everything the forward
 //! pass needs travels inside the pack.
 
+pub mod attend;
 pub mod backend;
 pub mod device;
 pub mod error;

@@ -132,6 +132,20 @@ const EVEN_ODD_HI: [i32; 16] = {
     p
 };
 
+/// How far ahead of its loads a kernel asks for the tiles' next bytes. The tiles of a matrix
+/// are one contiguous run, so this reaches into the next tiles; a decode step streams hundreds
+/// of megabytes once, and the hardware prefetcher alone left the kernel at about 55 % of the
+/// read bandwidth.
+const PREFETCH: usize = 4096;
+
+/// Asks for the cache line at `p` (any address: a prefetch never faults).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+fn prefetch(p: *const u8) {
+    // PREFETCHT0 reads nothing architecturally and does not fault on any address.
+    _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+}
+
 /// Bytes of the scale and zero-point planes in front of the codes.
 fn planes(l: &super::TileLayout) -> usize {
     (if l.zero { 4 } else { 2 }) * l.rows * l.groups()
@@ -257,9 +271,9 @@ unsafe fn lane32<const NT: usize>(
                 for quad in 0..8 {
                     // SAFETY: columns g·32 + 4·quad .. +4 of this band, 16 bytes each, inside
                     // the code plane (asserted above).
-                    let w = unsafe {
-                        _mm512_loadu_si512(tp.add(codes + (g * 32 + quad * 4) * 16) as *const _)
-                    };
+                    let at = codes + (g * 32 + quad * 4) * 16;
+                    prefetch(tp.wrapping_add(at + PREFETCH));
+                    let w = unsafe { _mm512_loadu_si512(tp.add(at) as *const _) };
                     let w = _mm512_permutexvar_epi8(perm, _mm512_xor_si512(w, flip));
                     let wl = _mm512_and_si512(w, low);
                     let wh = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
@@ -344,9 +358,9 @@ unsafe fn lane16<const NT: usize>(
                 for oct in 0..4 {
                     // SAFETY: columns g·32 + 8·oct .. +8 of this band, 8 bytes each, inside the
                     // code plane (asserted above).
-                    let w = unsafe {
-                        _mm512_loadu_si512(tp.add(codes + (g * 32 + oct * 8) * 8) as *const _)
-                    };
+                    let at = codes + (g * 32 + oct * 8) * 8;
+                    prefetch(tp.wrapping_add(at + PREFETCH));
+                    let w = unsafe { _mm512_loadu_si512(tp.add(at) as *const _) };
                     let w = _mm512_permutexvar_epi8(perm, _mm512_xor_si512(w, flip));
                     let wl = _mm512_and_si512(w, low);
                     let wh = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 use super::mixer::{Mixing, Pass};
 use super::weight::{Binder, Weight};
 use super::{Model, PARALLEL_ROWS};
+use crate::attend;
 use crate::error::Result;
 use crate::ops;
 use crate::spec::{ModelSpec, QkNorm};
@@ -176,43 +177,86 @@ impl Mixing for Attention {
             .collect();
         let group = (nh / nkv.max(1)).max(1);
         let q = &q[..];
-        // One task per (row, KV head) reads each cached key and value once for the whole GQA
-        // group of query heads; with fewer such tasks than threads (one KV head, one token) the
-        // heads run as separate tasks. Both orders do exactly the same arithmetic per head.
-        let grouped = group > 1 && n * nkv >= rayon::current_num_threads();
-        let heads_per_task = if grouped { group } else { 1 };
-        att.par_chunks_mut(heads_per_task * d)
-            .enumerate()
-            .for_each(|(idx, out)| {
-                let first = idx * heads_per_task;
-                let (t, h0) = (first / nh, first % nh);
-                let (i, p) = seq_pos[t];
+        // Tasks: up to ROWS consecutive rows of one sequence × one KV head × some heads of its
+        // group. The keys and values of the block are read once for all its query vectors
+        // (`attend`); with fewer tasks than threads (decode of one sequence) the group's heads
+        // split across tasks. A query's arithmetic is the same in any task shape.
+        const ROWS: usize = 4;
+        let mut blocks: Vec<(usize, usize)> = Vec::new();
+        for t in 0..n {
+            match blocks.last_mut() {
+                Some((t0, t1))
+                    if *t1 == t
+                        && t - *t0 < ROWS
+                        && seq_pos[t].0 == seq_pos[t - 1].0
+                        && seq_pos[t].1 == seq_pos[t - 1].1 + 1 =>
+                {
+                    *t1 = t + 1
+                }
+                _ => blocks.push((t, t + 1)),
+            }
+        }
+        let base = blocks.len() * nkv.max(1);
+        let split = rayon::current_num_threads().div_ceil(base).clamp(1, group);
+        let per_task = group.div_ceil(split);
+        let mut slots: Vec<Option<&mut [f32]>> = att.chunks_mut(d).map(Some).collect();
+        let mut tasks = Vec::new();
+        for &(t0, t1) in &blocks {
+            for kvh in 0..nkv.max(1) {
+                for h_lo in (kvh * group..(kvh + 1) * group).step_by(per_task) {
+                    let h_hi = (h_lo + per_task).min((kvh + 1) * group);
+                    let outs: Vec<&mut [f32]> = (t0..t1)
+                        .flat_map(|t| (h_lo..h_hi).map(move |h| t * nh + h))
+                        .filter_map(|at| slots[at].take())
+                        .collect();
+                    tasks.push((t0, t1, kvh, h_lo, h_hi, outs));
+                }
+            }
+        }
+        tasks
+            .into_par_iter()
+            .for_each(|(t0, t1, kvh, h_lo, h_hi, mut outs)| {
+                let (i, _) = seq_pos[t0];
                 let (kc, vc) = caches[i];
-                let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
-                let kvh = h0 / group;
-                let span = p + 1 - lo;
-                let mut sc = vec![0f32; heads_per_task * span];
-                for (jj, j) in (lo..=p).enumerate() {
-                    let kj = &kc[j * kvr + kvh * d..j * kvr + kvh * d + d];
-                    for g in 0..heads_per_task {
-                        let hh = h0 + g;
-                        let qv = &q[t * qr + hh * d..t * qr + hh * d + d];
-                        let mut s = ops::dot(qv, kj) * sp.attn_scale;
+                let mut queries: Vec<&[f32]> = Vec::new();
+                let mut ranges: Vec<(usize, usize)> = Vec::new();
+                for (t, &(_, p)) in seq_pos.iter().enumerate().take(t1).skip(t0) {
+                    let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+                    for hh in h_lo..h_hi {
+                        queries.push(&q[t * qr + hh * d..][..d]);
+                        ranges.push((lo, p));
+                    }
+                }
+                let first = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+                let last = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+                let span = last + 1 - first;
+                let head = |j: usize| j * kvr + kvh * d..j * kvr + kvh * d + d;
+                let keys: Vec<&[f32]> = (first..=last).map(|j| &kc[head(j)]).collect();
+                let values: Vec<&[f32]> = (first..=last).map(|j| &vc[head(j)]).collect();
+                let mut sc = vec![0f32; queries.len() * span];
+                for (qs, out) in queries
+                    .chunks(attend::QUERIES)
+                    .zip(sc.chunks_mut(attend::QUERIES * span))
+                {
+                    attend::scores(qs, &keys, out);
+                }
+                for (row, &(lo, p)) in sc.chunks_exact_mut(span).zip(&ranges) {
+                    let own = &mut row[lo - first..=p - first];
+                    for s in own.iter_mut() {
+                        *s *= sp.attn_scale;
                         if let Some(cap) = sp.attn_softcap {
-                            s = cap * (s / cap).tanh();
+                            *s = cap * (*s / cap).tanh();
                         }
-                        sc[g * span + jj] = s;
                     }
+                    ops::softmax(own);
                 }
-                for row in sc.chunks_exact_mut(span) {
-                    ops::softmax(row);
-                }
-                out.fill(0.0);
-                for (jj, j) in (lo..=p).enumerate() {
-                    let vj = &vc[j * kvr + kvh * d..j * kvr + kvh * d + d];
-                    for (g, o) in out.chunks_exact_mut(d).enumerate() {
-                        ops::axpy(o, sc[g * span + jj], vj);
-                    }
+                let weights: Vec<&[f32]> = sc.chunks_exact(span).collect();
+                for ((w, r), o) in weights
+                    .chunks(attend::QUERIES)
+                    .zip(ranges.chunks(attend::QUERIES))
+                    .zip(outs.chunks_mut(attend::QUERIES))
+                {
+                    attend::weighted_sums(w, r, first, &values, o);
                 }
             });
         if sp.attn_output_gate {

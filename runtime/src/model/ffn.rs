@@ -6,7 +6,6 @@ use super::weight::{Binder, Weight};
 use super::{Model, PARALLEL_ROWS};
 use crate::error::Result;
 use crate::ops;
-use crate::spec::Act;
 
 /// One layer's FFN matrices.
 pub(super) struct Ffn {
@@ -71,14 +70,7 @@ impl Ffn {
         m.matmul_many(&[&self.gate, &self.up], x, n, &mut [&mut g[..], &mut u[..]])?;
         let act = m.spec.act;
         let ffn = m.spec.ffn;
-        let gate = |(g, u): (&mut [f32], &[f32])| {
-            for (a, &b) in g.iter_mut().zip(u) {
-                *a = match act {
-                    Act::Silu => ops::silu(*a),
-                    Act::GeluTanh => ops::gelu_tanh(*a),
-                } * b;
-            }
-        };
+        let gate = |(g, u): (&mut [f32], &[f32])| ops::gate_rows(act, g, u);
         if n >= PARALLEL_ROWS {
             g.par_chunks_mut(ffn).zip(u.par_chunks(ffn)).for_each(gate);
         } else {

@@ -1,0 +1,264 @@
+//! Attention's two products over the KV cache, blocked: several query vectors (the rows of one
+//! sequence in a pass, the heads of one GQA group) against each key and value loaded once.
+//!
+//! * [`scores`]: `q·k` for up to 4 queries × 2 keys per step of the loop, each pair in its own
+//!   8-lane accumulator: six loads feed eight FMAs, where one `dot` per pair loads two per FMA.
+//! * [`weighted_sums`]: `Σⱼ pⱼ·vⱼ` for up to 4 queries per 8-float slice of the head, each `vⱼ`
+//!   slice loaded once for all of them and the sums kept in registers over the keys, where an
+//!   `axpy` per (query, key) loads and stores the sum each time.
+//!
+//! Each pair's (each output element's) arithmetic is fixed whatever the blocking — the same
+//! accumulator, the same order over the head and over the keys, the same final reduction — so a
+//! query's numbers are bit for bit the same alone (decode) as in a block (prefill, batches).
+
+/// Queries per block.
+pub const QUERIES: usize = 4;
+
+/// `out[i·keys.len() + j] = q_i·k_j` for up to [`QUERIES`] queries (all of one length `d`).
+pub fn scores(queries: &[&[f32]], keys: &[&[f32]], out: &mut [f32]) {
+    assert!(queries.len() <= QUERIES && out.len() >= queries.len() * keys.len());
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        for (j0, pair) in keys.chunks(2).enumerate() {
+            let mut block = [[0f32; 2]; QUERIES];
+            // SAFETY: `simd()` checked AVX2 and FMA.
+            unsafe { avx2::scores(queries, pair, &mut block) };
+            for (i, row) in block.iter().enumerate().take(queries.len()) {
+                for (jj, &s) in row.iter().enumerate().take(pair.len()) {
+                    out[i * keys.len() + 2 * j0 + jj] = s;
+                }
+            }
+        }
+        return;
+    }
+    for (i, q) in queries.iter().enumerate() {
+        for (j, k) in keys.iter().enumerate() {
+            out[i * keys.len() + j] = dot_portable(q, k);
+        }
+    }
+}
+
+/// `out_i = Σ_{j ∈ range_i} p_i[j − first]·v_j` for up to [`QUERIES`] queries: `values[j −
+/// first]` is key `j`'s value vector, `weights[i]` query `i`'s weights from key `first` on, and
+/// query `i` sums keys `ranges[i].0 ..= ranges[i].1` (its causal window) in increasing order.
+/// Each output is overwritten.
+pub fn weighted_sums(
+    weights: &[&[f32]],
+    ranges: &[(usize, usize)],
+    first: usize,
+    values: &[&[f32]],
+    outs: &mut [&mut [f32]],
+) {
+    assert!(
+        weights.len() <= QUERIES && weights.len() == ranges.len() && outs.len() == ranges.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: `simd()` checked AVX2 and FMA.
+        return unsafe { avx2::weighted_sums(weights, ranges, first, values, outs) };
+    }
+    for ((w, &(lo, hi)), out) in weights.iter().zip(ranges).zip(outs.iter_mut()) {
+        out.fill(0.0);
+        for j in lo..=hi {
+            let p = w[j - first];
+            for (o, &v) in out.iter_mut().zip(values[j - first]) {
+                *o += p * v;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn simd() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
+/// One pair without SIMD: eight partial sums in a fixed order.
+fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let n = a.len().min(b.len());
+    let full = n / 8 * 8;
+    for c in (0..full).step_by(8) {
+        for l in 0..8 {
+            acc[l] += a[c + l] * b[c + l];
+        }
+    }
+    let mut s = acc.iter().sum::<f32>();
+    for j in full..n {
+        s += a[j] * b[j];
+    }
+    s
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::QUERIES;
+
+    /// The horizontal sum every pair ends with.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)))
+    }
+
+    /// Up to 4 queries × 1 or 2 keys.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn scores(
+        queries: &[&[f32]],
+        keys: &[&[f32]],
+        out: &mut [[f32; 2]; QUERIES],
+    ) {
+        let d = queries[0].len();
+        let full = d / 8 * 8;
+        for q in queries {
+            assert!(q.len() == d);
+        }
+        for k in keys {
+            assert!(k.len() == d);
+        }
+        let mut acc = [[_mm256_setzero_ps(); 2]; QUERIES];
+        let (nq, nk) = (queries.len(), keys.len());
+        let k1 = keys[nk - 1];
+        for c in (0..full).step_by(8) {
+            // SAFETY: c + 8 ≤ d, the length of every query and key (asserted above).
+            unsafe {
+                let kv = [
+                    _mm256_loadu_ps(keys[0].as_ptr().add(c)),
+                    _mm256_loadu_ps(k1.as_ptr().add(c)),
+                ];
+                for i in 0..nq {
+                    let qv = _mm256_loadu_ps(queries[i].as_ptr().add(c));
+                    acc[i][0] = _mm256_fmadd_ps(qv, kv[0], acc[i][0]);
+                    acc[i][1] = _mm256_fmadd_ps(qv, kv[1], acc[i][1]);
+                }
+            }
+        }
+        for i in 0..nq {
+            for j in 0..nk {
+                let mut s = hsum(acc[i][j]);
+                for t in full..d {
+                    s += queries[i][t] * keys[j][t];
+                }
+                out[i][j] = s;
+            }
+        }
+    }
+
+    /// See `super::weighted_sums`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn weighted_sums(
+        weights: &[&[f32]],
+        ranges: &[(usize, usize)],
+        first: usize,
+        values: &[&[f32]],
+        outs: &mut [&mut [f32]],
+    ) {
+        let nq = weights.len();
+        let d = outs[0].len();
+        let full = d / 8 * 8;
+        let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+        let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+        for (w, &(a, b)) in weights.iter().zip(ranges) {
+            assert!(a >= first && w.len() > b - first);
+        }
+        for j in lo..=hi {
+            assert!(values[j - first].len() == d);
+        }
+        for o in outs.iter() {
+            assert!(o.len() == d);
+        }
+        for c in (0..full).step_by(8) {
+            let mut acc = [_mm256_setzero_ps(); QUERIES];
+            for j in lo..=hi {
+                // SAFETY: value j holds d ≥ c + 8 floats (asserted above).
+                let v = unsafe { _mm256_loadu_ps(values[j - first].as_ptr().add(c)) };
+                for i in 0..nq {
+                    if j >= ranges[i].0 && j <= ranges[i].1 {
+                        let p = _mm256_set1_ps(weights[i][j - first]);
+                        acc[i] = _mm256_fmadd_ps(p, v, acc[i]);
+                    }
+                }
+            }
+            for i in 0..nq {
+                // SAFETY: output i holds d ≥ c + 8 floats (asserted above).
+                unsafe { _mm256_storeu_ps(outs[i].as_mut_ptr().add(c), acc[i]) };
+            }
+        }
+        for i in 0..nq {
+            for t in full..d {
+                let mut s = 0f32;
+                for j in ranges[i].0..=ranges[i].1 {
+                    s += weights[i][j - first] * values[j - first][t];
+                }
+                outs[i][t] = s;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vecs(n: usize, d: usize, seed: u32) -> Vec<Vec<f32>> {
+        (0..n)
+            .map(|i| {
+                (0..d)
+                    .map(|t| (((i * 31 + t * 17) as u32 ^ seed) % 97) as f32 / 48.0 - 1.0)
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_query_gets_the_same_bits_alone_and_in_any_block() {
+        for d in [8, 64, 72, 100] {
+            let qs = vecs(4, d, 5);
+            let ks = vecs(7, d, 9);
+            let q: Vec<&[f32]> = qs.iter().map(|v| &v[..]).collect();
+            let k: Vec<&[f32]> = ks.iter().map(|v| &v[..]).collect();
+            let mut all = vec![0f32; 4 * 7];
+            scores(&q, &k, &mut all);
+            for i in 0..4 {
+                for j in 0..7 {
+                    let mut one = [0f32];
+                    scores(&q[i..i + 1], &k[j..j + 1], &mut one);
+                    assert_eq!(one[0].to_bits(), all[i * 7 + j].to_bits(), "d={d} {i},{j}");
+                    let exact: f64 = qs[i]
+                        .iter()
+                        .zip(&ks[j])
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum();
+                    assert!(
+                        (one[0] as f64 - exact).abs() < 1e-4,
+                        "d={d}: {} vs {exact}",
+                        one[0]
+                    );
+                }
+            }
+            // Weighted sums over each query's own causal range.
+            let ws = vecs(4, 7, 3);
+            let w: Vec<&[f32]> = ws.iter().map(|v| &v[..]).collect();
+            let ranges = [(0, 3), (1, 4), (2, 5), (2, 6)];
+            let mut outs = vec![vec![f32::NAN; d]; 4];
+            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+            weighted_sums(&w, &ranges, 0, &k, &mut refs);
+            for i in 0..4 {
+                let mut one = vec![f32::NAN; d];
+                weighted_sums(&w[i..i + 1], &ranges[i..i + 1], 0, &k, &mut [&mut one[..]]);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&one), bits(&outs[i]), "d={d} query {i}");
+                for t in 0..d {
+                    let exact: f64 = (ranges[i].0..=ranges[i].1)
+                        .map(|j| ws[i][j] as f64 * ks[j][t] as f64)
+                        .sum();
+                    assert!((one[t] as f64 - exact).abs() < 1e-4);
+                }
+            }
+        }
+    }
+}
