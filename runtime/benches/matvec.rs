@@ -143,6 +143,9 @@ fn main() {
             });
         }
     }
+    if "hy1.8b decode layers".contains(only.as_str()) {
+        decode_layers();
+    }
     if !"scan head".contains(only.as_str()) {
         return;
     }
@@ -163,6 +166,133 @@ fn main() {
             &data,
             rows * k,
             || m.matmul(path, black_box(&x), 1, &mut y),
+        );
+    }
+}
+
+/// One decode step's products over all 32 layers of the Hunyuan-1.8B shape (q/k/v together, o,
+/// gate/up together, down; 884 MB of Q40_4608 tiles, so every step streams from memory as a real
+/// decode does), against one read of the same bytes on the same threads.
+fn decode_layers() {
+    let layout = TileLayout::by_name("Q40_4608").expect("layout");
+    let (h, kv, ffn) = (2048, 512, 6144);
+    let shapes = [
+        (h, h),
+        (kv, h),
+        (kv, h),
+        (h, h),
+        (ffn, h),
+        (ffn, h),
+        (h, ffn),
+    ];
+    let layers: Vec<Vec<Vec<u8>>> = (0..32)
+        .map(|_| {
+            shapes
+                .iter()
+                .map(|&(r, k)| random_tiles(layout, r, k))
+                .collect()
+        })
+        .collect();
+    let bytes: usize = layers.iter().flatten().map(Vec::len).sum();
+    // ONEBIT_BENCH_HUGE=1: the same bytes in one anonymous mapping advised to huge pages.
+    let mut huge = None;
+    if std::env::var_os("ONEBIT_BENCH_HUGE").is_some() {
+        let mut m = memmap2::MmapOptions::new()
+            .len(bytes)
+            .map_anon()
+            .expect("anon map");
+        #[cfg(target_os = "linux")]
+        m.advise(memmap2::Advice::HugePage).expect("advise");
+        let mut at = 0;
+        for d in layers.iter().flatten() {
+            m[at..at + d.len()].copy_from_slice(d);
+            at += d.len();
+        }
+        huge = Some(m);
+    }
+    let layers: Vec<Vec<&[u8]>> = match &huge {
+        Some(m) => {
+            let mut at = 0;
+            layers
+                .iter()
+                .map(|l| {
+                    l.iter()
+                        .map(|d| {
+                            let s = &m[at..at + d.len()];
+                            at += d.len();
+                            s
+                        })
+                        .collect()
+                })
+                .collect()
+        }
+        None => layers
+            .iter()
+            .map(|l| l.iter().map(|d| &d[..]).collect())
+            .collect(),
+    };
+    let x: Vec<f32> = (0..ffn).map(|i| ((i % 7) as f32 - 3.0) * 0.1).collect();
+    for path in paths() {
+        let mut times = Vec::new();
+        let mut reads = Vec::new();
+        for _ in 0..5 {
+            let t0 = Instant::now();
+            for l in &layers {
+                let m: Vec<QMatrix<'_>> = l
+                    .iter()
+                    .zip(&shapes)
+                    .map(|(d, &(r, k))| QMatrix::new(layout, r, k, d).expect("sizes"))
+                    .collect();
+                let (mut q, mut k, mut v) = (vec![0f32; h], vec![0f32; kv], vec![0f32; kv]);
+                onebit_runtime::kernels::matmul_many(
+                    path,
+                    &m[0..3],
+                    &x[..h],
+                    1,
+                    &mut [&mut q[..], &mut k[..], &mut v[..]],
+                );
+                let mut o = vec![0f32; h];
+                m[3].matmul(path, black_box(&q), 1, &mut o);
+                let (mut g, mut u) = (vec![0f32; ffn], vec![0f32; ffn]);
+                onebit_runtime::kernels::matmul_many(
+                    path,
+                    &m[4..6],
+                    &o,
+                    1,
+                    &mut [&mut g[..], &mut u[..]],
+                );
+                let mut d = vec![0f32; h];
+                m[6].matmul(path, black_box(&g), 1, &mut d);
+                black_box(&d);
+            }
+            times.push(t0.elapsed().as_secs_f64());
+            let t0 = Instant::now();
+            let s: u64 = layers
+                .iter()
+                .flatten()
+                .map(|d: &&[u8]| {
+                    d.par_chunks(1 << 16)
+                        .map(|c| {
+                            c.chunks_exact(8)
+                                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                                .fold(0u64, u64::wrapping_add)
+                        })
+                        .reduce(|| 0, u64::wrapping_add)
+                })
+                .fold(0u64, u64::wrapping_add);
+            black_box(s);
+            reads.push(t0.elapsed().as_secs_f64());
+        }
+        let (tk, tr) = (median(times), median(reads));
+        let gb = bytes as f64 / 1e9;
+        println!(
+            "{:<40} {:<11} {:>8.2} ms {:>6.2} GB/s | read {:>6.2} GB/s | kernel/read {:>5.1} %",
+            "hy1.8b decode layers (32 × 7 products)",
+            path.name(),
+            tk * 1e3,
+            gb / tk,
+            gb / tr,
+            100.0 * tr / tk
         );
     }
 }

@@ -19,9 +19,11 @@
 //! registers), and a portable scalar path with the same formulas. [`self_check`] compares either with the reference
 //! decode on a pack's own weights at load.
 
+mod activations;
 #[cfg(target_arch = "x86_64")]
 mod amx;
 pub mod layout;
+mod path;
 mod scalar;
 pub mod scan;
 #[cfg(target_arch = "x86_64")]
@@ -31,7 +33,9 @@ mod x86_512;
 
 use rayon::prelude::*;
 
+pub use activations::Activations;
 pub use layout::{CodeKind, TileLayout};
+pub use path::{PATH_VAR, Path};
 
 /// A tiled weight matrix `W[rows][k]` borrowed from the mapped pack.
 #[derive(Clone, Copy, Debug)]
@@ -46,102 +50,6 @@ pub struct QMatrix<'a> {
     pub ct: usize,
     /// The tiles, row-block major.
     pub data: &'a [u8],
-}
-
-/// Which code path runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Path {
-    /// AMX-INT8 tiles for every 16 tokens of a batch on the 4-bit kinds, the AVX-512 VNNI
-    /// kernels for the rest (the same numbers bit for bit; see `amx`).
-    Amx,
-    /// AVX-512 VNNI (with VBMI) for the 4-bit kinds; the 8-bit kinds and the scan head run their
-    /// AVX2 kernels (every CPU with these units has AVX2 and FMA).
-    Avx512Vnni,
-    /// AVX2 + FMA.
-    Avx2,
-    /// Portable scalar.
-    Scalar,
-}
-
-/// Environment variable that picks a slower path than [`Path::detect`]'s (`scalar`, `avx2`),
-/// for side-by-side benchmarks and for ruling a kernel out; a path the CPU lacks is never
-/// taken.
-pub const PATH_VAR: &str = "ONEBIT_KERNELS";
-
-impl Path {
-    /// The fastest path this CPU runs, or the one [`PATH_VAR`] names when the CPU runs it.
-    pub fn detect() -> Path {
-        let best = Path::best();
-        match std::env::var(PATH_VAR)
-            .ok()
-            .as_deref()
-            .and_then(Path::by_name)
-        {
-            Some(p) if p.rank() <= best.rank() => p,
-            _ => best,
-        }
-    }
-
-    /// Every path this CPU runs, fastest first.
-    pub fn available() -> Vec<Path> {
-        let best = Path::best();
-        [Path::Amx, Path::Avx512Vnni, Path::Avx2, Path::Scalar]
-            .into_iter()
-            .filter(|p| p.rank() <= best.rank())
-            .collect()
-    }
-
-    fn best() -> Path {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::is_x86_feature_detected as has;
-            if has!("avx2") && has!("fma") {
-                if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") && has!("avx512vbmi") {
-                    if amx::cpu_has_amx() {
-                        return Path::Amx;
-                    }
-                    return Path::Avx512Vnni;
-                }
-                return Path::Avx2;
-            }
-        }
-        Path::Scalar
-    }
-
-    fn rank(self) -> u8 {
-        match self {
-            Path::Amx => 3,
-            Path::Avx512Vnni => 2,
-            Path::Avx2 => 1,
-            Path::Scalar => 0,
-        }
-    }
-
-    /// The path called `name` (as [`Path::name`] spells it, or `avx512`).
-    pub fn by_name(name: &str) -> Option<Path> {
-        match name {
-            "amx" | "amx-int8" => Some(Path::Amx),
-            "avx512" | "avx512-vnni" => Some(Path::Avx512Vnni),
-            "avx2" | "avx2+fma" => Some(Path::Avx2),
-            "scalar" => Some(Path::Scalar),
-            _ => None,
-        }
-    }
-
-    /// Whether the AVX2 kernels may run (every path but the scalar one).
-    pub fn has_avx2(self) -> bool {
-        self != Path::Scalar
-    }
-
-    /// Name for logs and benchmarks.
-    pub fn name(self) -> &'static str {
-        match self {
-            Path::Amx => "amx-int8",
-            Path::Avx512Vnni => "avx512-vnni",
-            Path::Avx2 => "avx2+fma",
-            Path::Scalar => "scalar",
-        }
-    }
 }
 
 impl<'a> QMatrix<'a> {
@@ -221,106 +129,6 @@ impl<'a> QMatrix<'a> {
             _ => scalar::block(self, rb, a, out, stride, local),
         }
     }
-}
-
-/// The activations of one call as every path reads them: `n` tokens padded to `kp` columns (pad
-/// = 0) in int8 form — per (token, 32-column group) a scale `amax/127`, codes `round(x/scale)` and
-/// the codes' sum.
-#[derive(Clone, Debug, Default)]
-pub struct Activations {
-    /// Tokens.
-    pub n: usize,
-    /// Padded K.
-    pub kp: usize,
-    /// `n × kp` int8 codes.
-    pub q: Vec<i8>,
-    /// The same codes widened to i16 (the AVX2 8-bit kernel broadcasts two of them as one i32);
-    /// empty until [`Activations::widen`].
-    pub q16: Vec<i16>,
-    /// The codes of every whole block of 16 tokens in AMX tile order (per block and 32-column
-    /// group, 16 rows of 32 codes, contiguous: the tokens' own rows lie `kp` bytes apart, which
-    /// maps a block's rows onto a few cache sets); empty until [`Activations::tile_order`].
-    pub qt: Vec<i8>,
-    /// `n × kp/32` int8 scales.
-    pub qd: Vec<f32>,
-    /// `n × kp/32` sums of the int8 codes.
-    pub qsum: Vec<i32>,
-}
-
-impl Activations {
-    /// Quantizes `x` (`n × k`), padded to `kp` columns.
-    pub fn new(x: &[f32], n: usize, k: usize, kp: usize) -> Activations {
-        let groups = kp / 32;
-        let mut a = Activations {
-            n,
-            kp,
-            q: vec![0i8; n * kp],
-            q16: Vec::new(),
-            qt: Vec::new(),
-            qd: vec![0f32; n * groups],
-            qsum: vec![0i32; n * groups],
-        };
-        for t in 0..n {
-            for g in 0..groups {
-                let (c0, c1) = ((g * 32).min(k), ((g + 1) * 32).min(k));
-                let src = &x[t * k + c0..t * k + c1];
-                let q = &mut a.q[t * kp + g * 32..t * kp + g * 32 + (c1 - c0)];
-                let amax = src.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let at = t * groups + g;
-                if amax > 0.0 && amax.is_finite() {
-                    a.qd[at] = amax / 127.0;
-                    let inv = 127.0 / amax;
-                    for (o, &v) in q.iter_mut().zip(src) {
-                        *o = round_code(v * inv);
-                    }
-                    a.qsum[at] = q.iter().map(|&v| v as i32).sum();
-                } else if !amax.is_finite() {
-                    // Non-finite input: keep it visible in the result instead of hiding it.
-                    a.qd[at] = f32::NAN;
-                }
-            }
-        }
-        a
-    }
-
-    /// Fills [`Activations::q16`]: only calls with 8-bit tiles on the AVX2 path read it.
-    pub fn widen(&mut self) {
-        self.q16 = self.q.iter().map(|&v| i16::from(v)).collect();
-    }
-
-    /// Fills [`Activations::qt`]: only calls on the AMX path with 16 tokens or more read it.
-    pub fn tile_order(&mut self) {
-        let (groups, blocks) = (self.kp / 32, self.n / 16);
-        self.qt = vec![0i8; blocks * 16 * self.kp];
-        for b in 0..blocks {
-            for g in 0..groups {
-                for m in 0..16 {
-                    let src = &self.q[(b * 16 + m) * self.kp + g * 32..][..32];
-                    self.qt[((b * groups + g) * 16 + m) * 32..][..32].copy_from_slice(src);
-                }
-            }
-        }
-    }
-
-    /// The values a product reads, dequantized: the input of the exact reference a kernel is
-    /// checked against.
-    pub fn effective(&self) -> Vec<f32> {
-        self.q
-            .chunks_exact(32)
-            .zip(&self.qd)
-            .flat_map(|(q, &d)| q.iter().map(move |&v| d * v as f32))
-            .collect()
-    }
-}
-
-/// `x` (|x| ≤ 127 up to rounding) to the nearest int8, ties to even: adding and subtracting 1.5·2²³
-/// leaves exactly the rounded value for |x| < 2²², in plain float arithmetic that vectorizes (a
-/// `round` call does not on the baseline target, and quantizing a prefill's activations was a
-/// tenth of its products' time).
-#[inline]
-fn round_code(x: f32) -> i8 {
-    const MAGIC: f32 = 12_582_912.0;
-    ((x + MAGIC) - MAGIC).clamp(-127.0, 127.0) as i8
 }
 
 /// Several products of the same activations at once (q/k/v, gate/up): one pass over `x` for

@@ -95,7 +95,14 @@ impl Model {
     }
 
     /// [`Model::load`] with an explicit kernel path (benchmarks, tests).
-    pub fn load_with(pack: Pack, path: KPath) -> Result<Model> {
+    pub fn load_with(mut pack: Pack, path: KPath) -> Result<Model> {
+        let moved = pack.make_resident()?;
+        if moved > 0 {
+            tracing::debug!(
+                bytes = moved,
+                "weights copied to memory advised to huge pages <- transparent huge pages on"
+            );
+        }
         let spec = pack.manifest.model.clone().ok_or_else(|| Error::Refused {
             pack: pack.dir.clone(),
             reason: pack

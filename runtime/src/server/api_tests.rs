@@ -1,0 +1,130 @@
+//! The request parser's refusals, defaults and aliases.
+
+use super::*;
+
+fn body(s: &str) -> serde_json::Map<String, Value> {
+    json_body(s.as_bytes()).expect("json")
+}
+
+#[test]
+fn refusals_name_the_field() {
+    let cases = [
+        (
+            r#"{"messages":[{"role":"wizard","content":"x"}]}"#,
+            "messages[0].role",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":-1}"#,
+            "max_tokens",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"temperature":3}"#,
+            "temperature",
+        ),
+        (r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#, "n"),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"stop":[""]}"#,
+            "stop[0]",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"stop":""}"#,
+            "stop",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"repetition_penalty":1e-300}"#,
+            "repetition_penalty",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":{"a":1}}]}"#,
+            "messages[0].content",
+        ),
+        (r#"{"messages":[]}"#, "messages"),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"frequency_penalty":1}"#,
+            "frequency_penalty",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"min_p":0.1}"#,
+            "min_p",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":3}"#,
+            "top_logprobs",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"max_token":3}"#,
+            "max_token",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"prompt":"y"}"#,
+            "prompt",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"store":true}"#,
+            "store",
+        ),
+    ];
+    for (s, field) in cases {
+        let e = chat(&body(s)).expect_err(s);
+        assert_eq!(e.param.as_deref(), Some(field), "{s}: {}", e.message);
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+    }
+    let e = completion(&body(r#"{"prompt":{"x":1}}"#)).expect_err("object prompt");
+    assert_eq!(e.param.as_deref(), Some("prompt"));
+    for (s, field) in [
+        (r#"{"prompt":"x","min_p":0.05}"#, "min_p"),
+        (r#"{"prompt":"x","top_logprobs":2}"#, "top_logprobs"),
+        (r#"{"prompt":"x","messages":[]}"#, "messages"),
+    ] {
+        let e = completion(&body(s)).expect_err(s);
+        assert_eq!(e.param.as_deref(), Some(field), "{s}: {}", e.message);
+    }
+    // Labels that change no answer pass.
+    chat(&body(
+        r#"{"messages":[{"role":"user","content":"x"}],"user":"u1","metadata":{"a":"b"},"store":false,"tool_choice":"none","top_logprobs":0}"#,
+    ))
+    .expect("labels");
+    let e = json_body(b"{\"prompt\": \"abc").expect_err("truncated");
+    assert_eq!(e.code, Some("invalid_json"));
+    let e = json_body(b"{\"prompt\": \"\xff\xfe\"}").expect_err("invalid utf-8");
+    assert_eq!(e.code, Some("invalid_json"));
+}
+
+#[test]
+fn seeds_keep_all_64_bits() {
+    let seed = |v: &str| {
+        completion(&body(&format!(r#"{{"prompt":"x","seed":{v}}}"#)))
+            .expect(v)
+            .sampler
+            .seed
+    };
+    assert_eq!(seed("3"), 3);
+    assert_eq!(seed("9223372036854775808"), 1 << 63);
+    assert_eq!(seed("18446744073709551615"), u64::MAX);
+    assert_ne!(seed("9223372036854775808"), seed("18446744073709551615"));
+    assert_eq!(seed("-1"), u64::MAX, "two's complement");
+}
+
+#[test]
+fn requests_parse_with_defaults_and_aliases() {
+    let p = chat(&body(
+        r#"{"model":"m","messages":[{"role":"developer","content":[{"type":"text","text":"be brief"}]},
+            {"role":"user","content":"hi"}],"max_completion_tokens":7,"temperature":0,"seed":3,
+            "stop":"\n","stream":true,"stream_options":{"include_usage":true}}"#,
+    ))
+    .expect("chat");
+    let Prompt::Chat(m) = &p.prompt else {
+        panic!("not chat: {:?}", p.prompt)
+    };
+    assert_eq!(
+        (m[0].role.as_str(), m[0].content.as_str()),
+        ("system", "be brief")
+    );
+    assert_eq!(p.max_tokens, Some(7));
+    assert_eq!((p.sampler.temperature, p.sampler.seed), (0.0, 3));
+    assert_eq!(p.stop, vec!["\n".to_string()]);
+    assert!(p.stream && p.include_usage);
+    let p = completion(&body(r#"{"prompt":[1,2,3]}"#)).expect("tokens");
+    assert!(matches!(p.prompt, Prompt::Tokens(ref t) if t == &[1, 2, 3]));
+    assert_eq!(p.sampler.temperature, 1.0, "OpenAI's default temperature");
+}
