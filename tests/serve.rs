@@ -431,6 +431,59 @@ fn serve_refuses_the_npu_by_name_when_there_is_none() {
     assert!(err.contains("no XDNA NPU found: /dev/accel"), "{err}");
 }
 
+/// The line that says the server is ready names the context each sequence gets and where that
+/// number came from, and the caches' memory.
+#[test]
+fn the_ready_line_names_the_context_and_where_it_came_from() {
+    let home = tempfile::tempdir().expect("tmp");
+    let repo = home.path().join("llama-q41");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    for f in ["config.json", "model.q4nx", "tokenizer.json"] {
+        std::fs::copy(fixture("llama-q41").join(f), repo.join(f)).expect("copy");
+    }
+    for (extra, want) in [
+        (
+            &["--ctx-size", "64", "--parallel", "2"][..],
+            "2 sequences × 64 tokens of context (--ctx-size;",
+        ),
+        (&[][..], "4 sequences × "),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_onebit-pipe"));
+        cmd.env("ONEBIT_HOME", home.path().join("home"))
+            .env("HF_HUB_OFFLINE", "1")
+            .args(["serve", "--port", "0", "--path"])
+            .arg(&repo)
+            .arg("--reference")
+            .arg(fixture("llama-q41/model.gguf"))
+            .args(extra);
+        let (mut child, _, log) = support::spawn_server_logged(cmd);
+        let t0 = Instant::now();
+        let ready = loop {
+            let found = log
+                .lock()
+                .expect("log")
+                .iter()
+                .find(|l| l.starts_with("ready: "))
+                .cloned();
+            if let Some(l) = found {
+                break l;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(300), "no ready line");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(ready.contains(want), "{ready}");
+        assert!(ready.contains("MiB of caches"), "{ready}");
+        if extra.is_empty() {
+            assert!(
+                ready.contains("(default: the model's context, at most 4096;"),
+                "{ready}"
+            );
+        }
+    }
+}
+
 /// An LFM2 pack (the transformers oracle's Q4_0 GGUF, converted) under continuous batching:
 /// completions sent all at once share forward batches, and each must be exactly its answer when
 /// sent alone, so every sequence kept its own convolution state; a finished slot's state is

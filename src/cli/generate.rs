@@ -183,8 +183,12 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub source: PackSource,
     /// The prompt.
-    #[arg(long, short)]
-    pub prompt: String,
+    #[arg(long, short, required_unless_present = "ids", conflicts_with = "ids")]
+    pub prompt: Option<String>,
+    /// The prompt as token ids (a JSON list), fed exactly as given: benchmarks that must match
+    /// another runtime's prompt length token for token.
+    #[arg(long, value_name = "JSON", conflicts_with = "chat")]
+    pub ids: Option<String>,
     /// Send the prompt as one user message through the chat template.
     #[arg(long)]
     pub chat: bool,
@@ -200,6 +204,17 @@ pub struct GenerateArgs {
 pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
     // Flags are checked before the model loads.
     let sampler = a.sample.sampler()?;
+    let ids: Option<Vec<u32>> = match &a.ids {
+        Some(j) => {
+            let ids: Vec<u32> = serde_json::from_str(j).context("--ids: a JSON list of ids")?;
+            if ids.is_empty() {
+                anyhow::bail!("--ids: give at least one id");
+            }
+            Some(ids)
+        }
+        None => None,
+    };
+    let text_prompt = a.prompt.clone().unwrap_or_default();
     a.sample.apply_threads();
     let (model, text) = a.source.load(g)?;
     let prompt = if a.chat {
@@ -212,11 +227,13 @@ pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
         }
         m.push(Message {
             role: "user".into(),
-            content: a.prompt.clone(),
+            content: text_prompt,
         });
         Prompt::Chat(m)
+    } else if let Some(ids) = ids {
+        Prompt::Tokens(ids)
     } else {
-        Prompt::Text(a.prompt.clone())
+        Prompt::Text(text_prompt)
     };
     let req = Request {
         prompt,

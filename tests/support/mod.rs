@@ -20,7 +20,20 @@ pub fn gemma_gguf() -> PathBuf {
 
 /// Spawns `cmd` (an `onebit-pipe serve --port 0 …`) and returns it with the address it printed
 /// (`listening on http://ADDR`); its stderr keeps being drained so the server never blocks.
-pub fn spawn_server(mut cmd: Command) -> (Child, SocketAddr) {
+pub fn spawn_server(cmd: Command) -> (Child, SocketAddr) {
+    let (child, addr, _) = spawn_server_logged(cmd);
+    (child, addr)
+}
+
+/// [`spawn_server`], also keeping every later stderr line of the server.
+#[allow(dead_code)]
+pub fn spawn_server_logged(
+    mut cmd: Command,
+) -> (
+    Child,
+    SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -37,8 +50,14 @@ pub fn spawn_server(mut cmd: Command) -> (Child, SocketAddr) {
             break a.parse::<SocketAddr>().expect("socket address");
         }
     };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            keep.lock().expect("log").push(line);
+        }
+    });
+    (child, addr, log)
 }
 
 /// `tests/fixtures/oracle/<case>`: an independent oracle (docs/oracles.md).
