@@ -24,6 +24,10 @@ pub struct Activations {
     pub qd: Vec<f32>,
     /// `n × kp/32` sums of the int8 codes.
     pub qsum: Vec<i32>,
+    /// `8·qsum`: what reading signed nibbles as `q + 8` adds to a group's sum, taken back.
+    pub qsum8: Vec<i32>,
+    /// `qd·qsum` (f32): the factor of a group's zero-point.
+    pub zs: Vec<f32>,
 }
 
 impl Activations {
@@ -38,6 +42,8 @@ impl Activations {
             qt: Vec::new(),
             qd: vec![0f32; n * groups],
             qsum: vec![0i32; n * groups],
+            qsum8: Vec::new(),
+            zs: Vec::new(),
         };
         for t in 0..n {
             for g in 0..groups {
@@ -59,6 +65,10 @@ impl Activations {
                 }
             }
         }
+        // Per group once here, not per row band in every kernel's epilogue (the AMX epilogue
+        // runs once per 16 rows × 16 tokens × group).
+        a.qsum8 = a.qsum.iter().map(|&s| 8 * s).collect();
+        a.zs = a.qd.iter().zip(&a.qsum).map(|(&d, &s)| d * s as f32).collect();
         a
     }
 

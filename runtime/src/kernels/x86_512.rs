@@ -183,19 +183,19 @@ pub(super) fn scale(
     at: usize,
     signed: bool,
 ) -> __m512 {
-    let (dx, qs) = (a.qd[at], a.qsum[at]);
+    // Broadcasts straight from the per-group arrays (one memory operand each).
     let v = if signed {
-        _mm512_sub_epi32(isum, _mm512_set1_epi32(8 * qs))
+        _mm512_sub_epi32(isum, _mm512_set1_epi32(a.qsum8[at]))
     } else {
         isum
     };
     let acc = _mm512_fmadd_ps(
-        _mm512_mul_ps(d, _mm512_set1_ps(dx)),
+        _mm512_mul_ps(d, _mm512_set1_ps(a.qd[at])),
         _mm512_cvtepi32_ps(v),
         acc,
     );
     match z {
-        Some(z) => _mm512_fmadd_ps(z, _mm512_set1_ps(dx * qs as f32), acc),
+        Some(z) => _mm512_fmadd_ps(z, _mm512_set1_ps(a.zs[at]), acc),
         None => acc,
     }
 }
