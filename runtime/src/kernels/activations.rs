@@ -68,7 +68,11 @@ impl Activations {
         // Per group once here, not per row band in every kernel's epilogue (the AMX epilogue
         // runs once per 16 rows × 16 tokens × group).
         a.qsum8 = a.qsum.iter().map(|&s| 8 * s).collect();
-        a.zs = a.qd.iter().zip(&a.qsum).map(|(&d, &s)| d * s as f32).collect();
+        a.zs =
+            a.qd.iter()
+                .zip(&a.qsum)
+                .map(|(&d, &s)| d * s as f32)
+                .collect();
         a
     }
 
