@@ -4,7 +4,7 @@
 //! forward pass runs — per role (q, k, v, o, gate, up, down, head), M = 1 for decode and M =
 //! `batch` for prefill, K and N padded to the tile grid — and names the set from the shapes
 //! (`kernels-<hidden>-<ffn>-b<batch>`). For each shape it records:
-//! - on the host, the kernel variant the runtime picked (AVX2 or scalar) and the load-time
+//! - on the host, the kernel variant the runtime picked (AMX, AVX-512 VNNI, AVX2 or scalar) and the load-time
 //!   self-check of that variant on the pack's own weights;
 //! - on the NPU, the xclbin kernel that provides it, from the repository's `*.xclbin` files and an
 //!   optional kernel directory ([`axlf`] parses their headers). An NPU kernel provides a shape when
@@ -50,7 +50,8 @@ pub struct KernelSet {
     pub name: String,
     /// Prefill batch the GEMM shapes are sized for.
     pub batch: u64,
-    /// Host kernel variant (`avx2`, `scalar`), or `none` when the host cannot run the pack.
+    /// Host kernel variant (`amx-int8`, `avx512-vnni`, `avx2+fma`, `scalar`), or `none` when the
+    /// host cannot run the pack.
     pub host_variant: String,
     /// Largest relative error of the host self-check on the pack's weights.
     pub host_self_check_max_rel: Option<f32>,
