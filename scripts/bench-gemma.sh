@@ -12,18 +12,7 @@ cargo build --release --quiet
 bin=target/release/onebit-pipe
 gguf=$(scripts/fetch-gemma.sh)
 cache="$HOME/.cache/onebit-models"
-ll="$cache/llama.cpp/build/bin"
-if [ ! -x "$ll/llama-bench" ]; then
-  python3 -m pip install -q cmake ninja >&2
-  tmp=$(mktemp -d)
-  python3 -m pip download -q --no-deps --no-binary llama-cpp-python -d "$tmp" "llama-cpp-python==0.3.36" >&2
-  tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
-  rm -rf "$cache/llama.cpp" && mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$cache/llama.cpp"
-  cmake -S "$cache/llama.cpp" -B "$cache/llama.cpp/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF \
-    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
-  cmake --build "$cache/llama.cpp/build" -j "$(nproc)" --target llama-bench llama-perplexity llama-completion >&2
-fi
+ll=$(scripts/llama-cpp.sh avx2)
 mirror="${ONEBIT_DEMO_MIRROR:-$cache/mirror}"
 repo=FastFlowLM/Gemma3-270M-NPU2
 [ -f "$mirror/$repo/model.q4nx" ] || scripts/demo.sh >&2

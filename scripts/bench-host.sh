@@ -6,10 +6,9 @@
 # Models: the Gemma 3 270M demo pack (its Q4_K_M GGUF as llama.cpp's side) and the Hunyuan-1.8B
 # shape (random Q4_0 weights from scripts/random-gguf.py, converted by `onebit-pipe convert`).
 #
-# llama.cpp's best build for this CPU (../shared/docs/baselines.md): GGML_NATIVE=ON from the
-# `llama-cpp-python==0.3.36` sdist; on a CPU with AMX-INT8 its AMX path, with the one-line
-# compiler barrier gcc 12 needs before `_tile_loadconfig`. Built once into
-# ~/.cache/onebit-models/llama.cpp-native.
+# llama.cpp's best build for this CPU (../shared/docs/baselines.md), by `scripts/llama-cpp.sh
+# native`: GGML_NATIVE=ON; on a CPU with AMX-INT8 its AMX path, with the one-line compiler barrier
+# gcc 12 needs before `_tile_loadconfig`. Built once into ~/.cache/onebit-models/llama.cpp-native.
 #
 # usage: scripts/bench-host.sh [ROUNDS] [THREADS...]     (defaults: 3 rounds, threads 1 2)
 # env:   ONEBIT_BENCH_MODELS="gemma hunyuan"   ONEBIT_KERNELS=avx2 (our path, to compare paths)
@@ -33,22 +32,7 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc
 
 # llama.cpp's best build.
 ll_src="$cache/llama.cpp-native"
-ll="$ll_src/build/bin"
-if [ ! -x "$ll/llama-bench" ]; then
-  python3 -m pip install -q cmake ninja >&2
-  tmp=$(mktemp -d)
-  python3 -m pip download -q --no-deps --no-binary llama-cpp-python -d "$tmp" "llama-cpp-python==0.3.36" >&2
-  tar xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
-  rm -rf "$ll_src" && mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$ll_src"
-  mmq="$ll_src/ggml/src/ggml-cpu/amx/mmq.cpp"
-  if has amx_int8 && ! grep -q '__asm__ __volatile__("" : : "m"(tc));' "$mmq"; then
-    # gcc 12 drops the stores that fill the tile configuration (baselines.md).
-    sed -i 's/^\(\s*\)_tile_loadconfig(&tc);/\1__asm__ __volatile__("" : : "m"(tc));\n\1_tile_loadconfig(\&tc);/' "$mmq"
-  fi
-  cmake -S "$ll_src" -B "$ll_src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-    -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
-  cmake --build "$ll_src/build" -j "$(nproc)" --target llama-bench llama-perplexity llama-completion >&2
-fi
+ll=$(scripts/llama-cpp.sh native)
 ll_features="GGML_NATIVE=ON, -march=native"
 echo "llama.cpp: $ll_src ($ll_features)"
 

@@ -27,17 +27,7 @@ fn report(name: &str, path: Path, data: &[u8], macs: usize, mut product: impl Fn
         let t0 = Instant::now();
         product();
         t_kernel.push(t0.elapsed().as_secs_f64());
-        let t0 = Instant::now();
-        let s: u64 = data
-            .par_chunks(1 << 16)
-            .map(|c| {
-                c.chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                    .fold(0u64, u64::wrapping_add)
-            })
-            .reduce(|| 0, u64::wrapping_add);
-        black_box(s);
-        t_read.push(t0.elapsed().as_secs_f64());
+        t_read.push(read_seconds(&[data]));
     }
     let (tk, tr) = (median(t_kernel), median(t_read));
     let gb = data.len() as f64 / 1e9;
@@ -50,6 +40,26 @@ fn report(name: &str, path: Path, data: &[u8], macs: usize, mut product: impl Fn
         gb / tr,
         100.0 * tr / tk
     );
+}
+
+/// Seconds for one pass summing `parts` as u64 words on the pool's threads: the baseline every
+/// product here is set beside.
+fn read_seconds(parts: &[&[u8]]) -> f64 {
+    let t0 = Instant::now();
+    let s: u64 = parts
+        .iter()
+        .map(|d| {
+            d.par_chunks(1 << 16)
+                .map(|c| {
+                    c.chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                        .fold(0u64, u64::wrapping_add)
+                })
+                .reduce(|| 0, u64::wrapping_add)
+        })
+        .fold(0u64, u64::wrapping_add);
+    black_box(s);
+    t0.elapsed().as_secs_f64()
 }
 
 /// The paths to compare: `ONEBIT_BENCH_PATHS` (comma-separated names), else every path this CPU
@@ -266,22 +276,8 @@ fn decode_layers() {
                 black_box(&d);
             }
             times.push(t0.elapsed().as_secs_f64());
-            let t0 = Instant::now();
-            let s: u64 = layers
-                .iter()
-                .flatten()
-                .map(|d: &&[u8]| {
-                    d.par_chunks(1 << 16)
-                        .map(|c| {
-                            c.chunks_exact(8)
-                                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                                .fold(0u64, u64::wrapping_add)
-                        })
-                        .reduce(|| 0, u64::wrapping_add)
-                })
-                .fold(0u64, u64::wrapping_add);
-            black_box(s);
-            reads.push(t0.elapsed().as_secs_f64());
+            let all: Vec<&[u8]> = layers.iter().flatten().copied().collect();
+            reads.push(read_seconds(&all));
         }
         let (tk, tr) = (median(times), median(reads));
         let gb = bytes as f64 / 1e9;

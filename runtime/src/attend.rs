@@ -11,6 +11,10 @@
 //! accumulator, the same order over the head and over the keys, the same final reduction — so a
 //! query's numbers are bit for bit the same alone (decode) as in a block (prefill, batches).
 
+use crate::ops::dot_portable;
+#[cfg(target_arch = "x86_64")]
+use crate::ops::simd;
+
 /// Queries per block.
 pub const QUERIES: usize = 4;
 
@@ -69,41 +73,11 @@ pub fn weighted_sums(
 }
 
 #[cfg(target_arch = "x86_64")]
-fn simd() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-}
-
-/// One pair without SIMD: eight partial sums in a fixed order.
-fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let n = a.len().min(b.len());
-    let full = n / 8 * 8;
-    for c in (0..full).step_by(8) {
-        for l in 0..8 {
-            acc[l] += a[c + l] * b[c + l];
-        }
-    }
-    let mut s = acc.iter().sum::<f32>();
-    for j in full..n {
-        s += a[j] * b[j];
-    }
-    s
-}
-
-#[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
     use super::QUERIES;
-
-    /// The horizontal sum every pair ends with.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn hsum(v: __m256) -> f32 {
-        let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)))
-    }
+    use crate::ops::avx2::hsum;
 
     /// Up to 4 queries × 1 or 2 keys.
     #[target_feature(enable = "avx2,fma")]

@@ -186,11 +186,11 @@ pub fn axpy(out: &mut [f32], w: f32, v: &[f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn simd() -> bool {
+pub(crate) fn simd() -> bool {
     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
 }
 
-fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     // Eight partial sums: lets the compiler vectorize while the order stays fixed.
     let mut acc = [0f32; 8];
     let chunks = a.len().min(b.len()) / 8;
@@ -207,7 +207,7 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     /// Two 8-lane FMA accumulators over 16 values at a time, then the tail.
@@ -233,10 +233,7 @@ mod avx2 {
                 i += 8;
             }
         }
-        let v = _mm256_add_ps(s0, s1);
-        let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-        let mut s = _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+        let mut s = hsum(_mm256_add_ps(s0, s1));
         for j in i..n {
             s += a[j] * b[j];
         }
@@ -247,6 +244,15 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn gate_rows(act: crate::spec::Act, g: &mut [f32], u: &[f32]) {
         super::gate_rows_portable(act, g, u)
+    }
+
+    /// The sum of 8 lanes, in the one fixed order every dot product here ends with.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(crate) fn hsum(v: __m256) -> f32 {
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)))
     }
 
     /// `out += w·v`, 8 lanes at a time.

@@ -151,12 +151,9 @@ impl Text {
     /// and pre-tokenizes each piece on its own.
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
         let finder = match &self.finder {
-            Some(f) if !self.parse_special => f,
+            Some(f) if !self.parse_special && messages.iter().any(|m| f.is_match(&m.content)) => f,
             _ => return self.encode(&self.render_chat(messages)?, false),
         };
-        if !messages.iter().any(|m| finder.is_match(&m.content)) {
-            return self.encode(&self.render_chat(messages)?, false);
-        }
         let n = self.specials.len() as u32;
         let used = |lo: u32| {
             messages.iter().any(|m| {
@@ -194,13 +191,14 @@ impl Text {
             .collect();
         let rendered = self.render_chat(&defanged)?;
         let restore = |piece: &str| -> String {
-            piece
-                .chars()
-                .map(|c| match (c as u32).checked_sub(base) {
-                    Some(i) if i < n => self.specials[i as usize].0.clone(),
-                    _ => c.to_string(),
-                })
-                .collect()
+            let mut out = String::with_capacity(piece.len());
+            for c in piece.chars() {
+                match (c as u32).checked_sub(base) {
+                    Some(i) if i < n => out.push_str(&self.specials[i as usize].0),
+                    _ => out.push(c),
+                }
+            }
+            out
         };
         let mut ids = Vec::new();
         let mut last = 0;
@@ -351,8 +349,9 @@ mod tests {
     fn a_message_that_already_holds_private_use_characters_keeps_them() {
         let dir = tempfile::tempdir().expect("tempdir");
         let t = text(dir.path());
-        // The first placeholders the encoder would pick, written by the user: they must be read
-        // back as themselves (unknown words here), not as special-token text.
+        // The first private-use characters `encode_chat` would swap special-token text for,
+        // written by the user: they must be read back as themselves (unknown words here), not as
+        // special-token text.
         let odd: String = ['\u{F0000}', '\u{F0001}'].iter().collect();
         let ids = t
             .encode_chat(&[user(&format!("{odd} <eos>"))])

@@ -151,37 +151,17 @@ const GROUPS: usize = 4;
 /// `vpermt2b` indexes that build B rows from a load's low (`lo`) and high (`hi`) nibbles.
 /// Lane bands of 16 rows (a load: 8 columns × 16 rows): output `h` is B row `4h..4h+4` columns,
 /// byte `4n + i` = row `n`, column `4h + i`.
-const B16: [[u8; 64]; 2] = {
-    let mut p = [[0u8; 64]; 2];
-    let mut h = 0;
-    while h < 2 {
-        let mut b = 0;
-        while b < 64 {
-            let (n, i) = (b / 4, b % 4);
-            p[h][b] = (8 * (4 * h + i) + n / 2 + 64 * (n % 2)) as u8;
-            b += 1;
-        }
-        h += 1;
-    }
-    p
-};
+const B16: [[u8; 64]; 2] = [
+    index_table!(u8, 64, |b| 8 * (b % 4) + b / 8 + 64 * (b / 4 % 2)),
+    index_table!(u8, 64, |b| 8 * (4 + b % 4) + b / 8 + 64 * (b / 4 % 2)),
+];
 
 /// Lane bands of 32 rows (a load: 4 columns × 32 rows): output `s` is the B row of rows
 /// `16s .. 16s+16`, byte `4n + i` = row `16s + n`, column `i`.
-const B32: [[u8; 64]; 2] = {
-    let mut p = [[0u8; 64]; 2];
-    let mut s = 0;
-    while s < 2 {
-        let mut b = 0;
-        while b < 64 {
-            let (n, i) = (b / 4, b % 4);
-            p[s][b] = (16 * i + 8 * s + n / 2 + 64 * (n % 2)) as u8;
-            b += 1;
-        }
-        s += 1;
-    }
-    p
-};
+const B32: [[u8; 64]; 2] = [
+    index_table!(u8, 64, |b| 16 * (b % 4) + b / 8 + 64 * (b / 4 % 2)),
+    index_table!(u8, 64, |b| 16 * (b % 4) + 8 + b / 8 + 64 * (b / 4 % 2)),
+];
 
 /// One row block (see `QMatrix::block`): whole blocks of 16 tokens on tiles, the rest (and
 /// everything when this thread has no tile state) on the AVX-512 path.
@@ -364,12 +344,7 @@ unsafe fn tiles(
 unsafe fn unpack(m: &QMatrix<'_>, rb: usize, gg0: usize, batch: usize, b: &mut [u8]) {
     let l = &m.layout;
     let (per_tile, cols, rows) = (l.groups(), l.cols, l.rows);
-    let flip = _mm512_set1_epi8(if l.codes == CodeKind::S4 {
-        0x88u8 as i8
-    } else {
-        0
-    });
-    let low = _mm512_set1_epi8(0x0F);
+    let flip = x86_512::flip_of(l.codes);
     let wide = l.lane == 32;
     let idx = if wide { &B32 } else { &B16 };
     // SAFETY: the index tables hold 64 bytes each.
@@ -393,7 +368,7 @@ unsafe fn unpack(m: &QMatrix<'_>, rb: usize, gg0: usize, batch: usize, b: &mut [
             for band in 0..rows / 32 {
                 for quad in 0..8 {
                     let at = l.base + band * cols * 16 + (g * 32 + quad * 4) * 16;
-                    let (lo, hi) = nibbles(load(&tile[at..at + 64], flip), low);
+                    let (lo, hi) = x86_512::nibbles(load(&tile[at..at + 64]), flip, None);
                     for (s, i) in [i0, i1].into_iter().enumerate() {
                         let u = 2 * band + s;
                         store(
@@ -408,7 +383,7 @@ unsafe fn unpack(m: &QMatrix<'_>, rb: usize, gg0: usize, batch: usize, b: &mut [
             for band in 0..rows / 16 {
                 for oct in 0..4 {
                     let at = l.base + band * cols * 8 + (g * 32 + oct * 8) * 8;
-                    let (lo, hi) = nibbles(load(&tile[at..at + 64], flip), low);
+                    let (lo, hi) = x86_512::nibbles(load(&tile[at..at + 64]), flip, None);
                     for (h, i) in [i0, i1].into_iter().enumerate() {
                         store(
                             (band * GROUPS + j) * 512 + 64 * (2 * oct + h),
@@ -421,24 +396,11 @@ unsafe fn unpack(m: &QMatrix<'_>, rb: usize, gg0: usize, batch: usize, b: &mut [
     }
 }
 
-/// 64 code bytes, signed nibbles read as `q + 8`.
+/// 64 code bytes.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
-fn load(src: &[u8], flip: __m512i) -> __m512i {
+fn load(src: &[u8]) -> __m512i {
     let src = &src[..64];
     // SAFETY: 64 bytes (sliced above).
-    _mm512_xor_si512(
-        unsafe { _mm512_loadu_si512(src.as_ptr() as *const _) },
-        flip,
-    )
-}
-
-/// Low and high nibbles of each byte.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
-fn nibbles(w: __m512i, low: __m512i) -> (__m512i, __m512i) {
-    (
-        _mm512_and_si512(w, low),
-        _mm512_and_si512(_mm512_srli_epi16(w, 4), low),
-    )
+    unsafe { _mm512_loadu_si512(src.as_ptr() as *const _) }
 }

@@ -19,6 +19,21 @@
 //! registers), and a portable scalar path with the same formulas. [`self_check`] compares either with the reference
 //! decode on a pack's own weights at load.
 
+/// A `[T; N]` of index values computed at compile time, `$e` of each `$i < N` (the SIMD paths'
+/// byte and lane permutations; a `const fn` cannot take the formula as a closure).
+#[cfg(target_arch = "x86_64")]
+macro_rules! index_table {
+    ($t:ty, $n:expr, |$i:ident| $e:expr) => {{
+        let mut out = [0 as $t; $n];
+        let mut $i = 0;
+        while $i < $n {
+            out[$i] = ($e) as $t;
+            $i += 1;
+        }
+        out
+    }};
+}
+
 mod activations;
 #[cfg(target_arch = "x86_64")]
 mod amx;

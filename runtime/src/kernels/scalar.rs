@@ -21,14 +21,14 @@ pub(super) fn block(
             for r in 0..l.rows {
                 let (d, z) = (l.d(tile, r, g), l.m(tile, r, g));
                 for t in 0..a.n {
-                    let (dx, qs) = (a.qd[t * groups + gg], a.qsum[t * groups + gg]);
+                    let (dx, zs) = (a.qd[t * groups + gg], a.zs[t * groups + gg]);
                     let xq = &a.q[t * kp + c0..t * kp + c0 + 32];
                     let isum: i32 = xq
                         .iter()
                         .enumerate()
                         .map(|(c, &v)| l.q(tile, r, g * 32 + c) as i32 * v as i32)
                         .sum();
-                    out[t * stride + local + r] += (d * dx) * isum as f32 + z * (dx * qs as f32);
+                    out[t * stride + local + r] += (d * dx) * isum as f32 + z * zs;
                 }
             }
         }

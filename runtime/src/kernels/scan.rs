@@ -206,14 +206,12 @@ impl Token {
         let kp = a.kp;
         let q = a.q[t * kp..(t + 1) * kp].to_vec();
         let qd = a.qd[t * kp / 32..(t + 1) * kp / 32].to_vec();
-        let qsum = &a.qsum[t * kp / 32..(t + 1) * kp / 32];
+        let zs = &a.zs[t * kp / 32..(t + 1) * kp / 32];
         let pairs = q
             .chunks_exact(2)
             .map(|p| i16::from_le_bytes([p[0] as u8, p[1] as u8]))
             .collect();
-        let zp = (0..kp / GROUP)
-            .map(|g| (0..2).map(|h| qd[2 * g + h] * qsum[2 * g + h] as f32).sum())
-            .collect();
+        let zp = (0..kp / GROUP).map(|g| zs[2 * g] + zs[2 * g + 1]).collect();
         Token { pairs, q, qd, zp }
     }
 }

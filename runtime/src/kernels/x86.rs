@@ -130,7 +130,7 @@ unsafe fn int8_tokens<const NT: usize>(
                 for t in 0..NT {
                     let at_g = (t0 + t) * groups + gg;
                     let back = _mm256_set1_epi32(if l.codes == CodeKind::S4 {
-                        8 * a.qsum[at_g]
+                        a.qsum8[at_g]
                     } else {
                         0
                     });
@@ -148,7 +148,7 @@ unsafe fn int8_tokens<const NT: usize>(
                         _mm256_cvtepi32_ps(widen(even[t])),
                         _mm256_cvtepi32_ps(widen(odd[t])),
                     );
-                    let s = _mm256_set1_ps(a.qd[at_g] * a.qsum[at_g] as f32);
+                    let s = _mm256_set1_ps(a.zs[at_g]);
                     let at = (t0 + t) * stride + local + sb * 16;
                     accumulate16(&mut out[at..at + 16], d, a.qd[at_g], v, z, s);
                 }
@@ -320,7 +320,12 @@ fn accumulate16(
 /// # Panics
 /// When a token's 32 codes from `col` are not all inside `v`.
 #[inline]
-fn token_codes<T, const NT: usize>(v: &[T], kp: usize, t0: usize, col: usize) -> [*const T; NT] {
+pub(super) fn token_codes<T, const NT: usize>(
+    v: &[T],
+    kp: usize,
+    t0: usize,
+    col: usize,
+) -> [*const T; NT] {
     std::array::from_fn(|t| v[(t0 + t) * kp + col..][..32].as_ptr())
 }
 

@@ -23,6 +23,7 @@
 use std::arch::x86_64::*;
 
 use super::layout::CodeKind;
+use super::x86::token_codes;
 use super::{Activations, QMatrix};
 
 /// Tokens that share one unpacked load (4 keeps every accumulator in a register).
@@ -87,50 +88,15 @@ pub(super) unsafe fn block_from(
 }
 
 /// `vpermb` index for a load of 4 columns × 16 bytes: lane `j` ← byte `j` of columns 0..4.
-const PERM32: [u8; 64] = {
-    let mut p = [0u8; 64];
-    let mut i = 0;
-    while i < 64 {
-        let (j, col) = (i / 4, i % 4);
-        p[i] = (16 * col + j) as u8;
-        i += 1;
-    }
-    p
-};
+const PERM32: [u8; 64] = index_table!(u8, 64, |i| 16 * (i % 4) + i / 4);
 
 /// `vpermb` index for a load of 8 columns × 8 bytes: lane `2j + h` ← byte `j` of columns
 /// `4h .. 4h+4`.
-const PERM16: [u8; 64] = {
-    let mut p = [0u8; 64];
-    let mut i = 0;
-    while i < 64 {
-        let (d, col) = (i / 4, i % 4);
-        let (j, h) = (d / 2, d % 2);
-        p[i] = (8 * (4 * h + col) + j) as u8;
-        i += 1;
-    }
-    p
-};
+const PERM16: [u8; 64] = index_table!(u8, 64, |i| 8 * (4 * (i / 4 % 2) + i % 4) + i / 8);
 
 /// Rows 0–15 and 16–31 of a 32-row band from its even-row and odd-row lanes.
-const EVEN_ODD_LO: [i32; 16] = {
-    let mut p = [0i32; 16];
-    let mut i = 0;
-    while i < 16 {
-        p[i] = (i / 2 + 16 * (i % 2)) as i32;
-        i += 1;
-    }
-    p
-};
-const EVEN_ODD_HI: [i32; 16] = {
-    let mut p = [0i32; 16];
-    let mut i = 0;
-    while i < 16 {
-        p[i] = (8 + i / 2 + 16 * (i % 2)) as i32;
-        i += 1;
-    }
-    p
-};
+const EVEN_ODD_LO: [i32; 16] = index_table!(i32, 16, |i| i / 2 + 16 * (i % 2));
+const EVEN_ODD_HI: [i32; 16] = index_table!(i32, 16, |i| 8 + i / 2 + 16 * (i % 2));
 
 /// How far ahead of its loads a kernel asks for the tiles' next bytes. The tiles of a matrix
 /// are one contiguous run, so this reaches into the next tiles; a decode step streams hundreds
@@ -151,24 +117,33 @@ fn planes(l: &super::TileLayout) -> usize {
     (if l.zero { 4 } else { 2 }) * l.rows * l.groups()
 }
 
-/// Where the activation codes of tokens `t0 .. t0+NT` start at column `col`.
-///
-/// # Panics
-/// When a token's 32 codes from `col` are not all inside `v`.
-#[inline]
-fn token_codes<const NT: usize>(v: &[i8], kp: usize, t0: usize, col: usize) -> [*const i8; NT] {
-    std::array::from_fn(|t| v[(t0 + t) * kp + col..][..32].as_ptr())
-}
-
 /// The xor that reads signed nibbles as `q + 8` (0 for unsigned codes).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
-fn flip_of(codes: CodeKind) -> __m512i {
+pub(super) fn flip_of(codes: CodeKind) -> __m512i {
     _mm512_set1_epi8(if codes == CodeKind::S4 {
         0x88u8 as i8
     } else {
         0
     })
+}
+
+/// One load's 64 code bytes xor `flip` (signed nibbles read as `q + 8`), reordered by `perm`
+/// where given, split into low and high nibbles: how both 4-bit paths (this one and the AMX
+/// unpacking) read codes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+pub(super) fn nibbles(w: __m512i, flip: __m512i, perm: Option<__m512i>) -> (__m512i, __m512i) {
+    let w = _mm512_xor_si512(w, flip);
+    let w = match perm {
+        Some(p) => _mm512_permutexvar_epi8(p, w),
+        None => w,
+    };
+    let low = _mm512_set1_epi8(0x0F);
+    (
+        _mm512_and_si512(w, low),
+        _mm512_and_si512(_mm512_srli_epi16(w, 4), low),
+    )
 }
 
 /// What a group's integer sums become in f32: `acc + d·dx·(isum − back) + z·dx·Σx`.
@@ -239,7 +214,6 @@ unsafe fn lane32<const NT: usize>(
     debug_assert_eq!(kp, m.k_padded());
     let signed = l.codes == CodeKind::S4;
     let flip = flip_of(l.codes);
-    let low = _mm512_set1_epi8(0x0F);
     let high_half = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
     // SAFETY: the index arrays hold 64 bytes / 16 i32.
     let (perm, lo_idx, hi_idx) = unsafe {
@@ -265,7 +239,7 @@ unsafe fn lane32<const NT: usize>(
             assert!(codes + cols * 16 <= tile.len() && planes(l) <= l.base);
             let tp = tile.as_ptr();
             for g in 0..per_tile {
-                let xs = token_codes::<NT>(&a.q, kp, t0, cb * cols + g * 32);
+                let xs = token_codes::<i8, NT>(&a.q, kp, t0, cb * cols + g * 32);
                 // Two accumulators per sum (even and odd quads): a chain of four `vpdpbusd`
                 // per group instead of eight. Integer sums: the split changes no bit.
                 let mut lo = [[_mm512_setzero_si512(); NT]; 2];
@@ -277,9 +251,7 @@ unsafe fn lane32<const NT: usize>(
                     let at = codes + (g * 32 + quad * 4) * 16;
                     prefetch(tp.wrapping_add(at + PREFETCH));
                     let w = unsafe { _mm512_loadu_si512(tp.add(at) as *const _) };
-                    let w = _mm512_permutexvar_epi8(perm, _mm512_xor_si512(w, flip));
-                    let wl = _mm512_and_si512(w, low);
-                    let wh = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+                    let (wl, wh) = nibbles(w, flip, Some(perm));
                     for t in 0..NT {
                         // SAFETY: 4 of the group's 32 codes at xs[t] + 4·quad.
                         let four = unsafe { (xs[t].add(4 * quad) as *const i32).read_unaligned() };
@@ -342,7 +314,6 @@ unsafe fn lane16<const NT: usize>(
     debug_assert_eq!(kp, m.k_padded());
     let signed = l.codes == CodeKind::S4;
     let flip = flip_of(l.codes);
-    let low = _mm512_set1_epi8(0x0F);
     // SAFETY: the index array holds 64 bytes.
     let perm = unsafe { _mm512_loadu_si512(PERM16.as_ptr() as *const _) };
     // Lane pairs (2j, 2j+1) summed: low nibbles give row 2j, high nibbles row 2j+1.
@@ -359,7 +330,7 @@ unsafe fn lane16<const NT: usize>(
             assert!(codes + cols * 8 <= tile.len() && planes(l) <= l.base);
             let tp = tile.as_ptr();
             for g in 0..per_tile {
-                let xs = token_codes::<NT>(&a.q, kp, t0, cb * cols + g * 32);
+                let xs = token_codes::<i8, NT>(&a.q, kp, t0, cb * cols + g * 32);
                 let mut lo = [_mm512_setzero_si512(); NT];
                 let mut hi = [_mm512_setzero_si512(); NT];
                 for oct in 0..4 {
@@ -368,9 +339,7 @@ unsafe fn lane16<const NT: usize>(
                     let at = codes + (g * 32 + oct * 8) * 8;
                     prefetch(tp.wrapping_add(at + PREFETCH));
                     let w = unsafe { _mm512_loadu_si512(tp.add(at) as *const _) };
-                    let w = _mm512_permutexvar_epi8(perm, _mm512_xor_si512(w, flip));
-                    let wl = _mm512_and_si512(w, low);
-                    let wh = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+                    let (wl, wh) = nibbles(w, flip, Some(perm));
                     for t in 0..NT {
                         // SAFETY: 8 of the group's 32 codes at xs[t] + 8·oct.
                         let eight = unsafe { (xs[t].add(8 * oct) as *const i64).read_unaligned() };

@@ -192,7 +192,7 @@ fn unsupported(
 
 /// The fields both routes read: every one is honoured, or refused by value when it asks for what
 /// this server cannot do. `user` and `metadata` label a request and change no answer.
-const COMMON_FIELDS: &[&str] = &[
+pub(super) const COMMON_FIELDS: &[&str] = &[
     "model",
     "max_tokens",
     "max_completion_tokens",
@@ -214,7 +214,7 @@ const COMMON_FIELDS: &[&str] = &[
 ];
 
 /// Fields only `/v1/chat/completions` reads.
-const CHAT_FIELDS: &[&str] = &[
+pub(super) const CHAT_FIELDS: &[&str] = &[
     "messages",
     "tools",
     "tool_choice",
@@ -225,7 +225,7 @@ const CHAT_FIELDS: &[&str] = &[
 ];
 
 /// Fields only `/v1/completions` reads.
-const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "suffix", "logprobs", "best_of"];
+pub(super) const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "suffix", "logprobs", "best_of"];
 
 /// Refuses a field neither list names (`min_p`, `top_logprobs` on completions, a misspelt
 /// `max_token`): ignoring it would answer a question the client did not ask.

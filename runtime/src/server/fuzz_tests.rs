@@ -32,40 +32,17 @@ impl Rng {
     }
 }
 
-const FIELDS: &[&str] = &[
-    "model",
-    "max_tokens",
-    "max_completion_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "repetition_penalty",
-    "seed",
-    "n",
-    "stop",
-    "stream",
-    "stream_options",
-    "presence_penalty",
-    "frequency_penalty",
-    "logit_bias",
-    "user",
-    "metadata",
-    "store",
-    "messages",
-    "prompt",
-    "tools",
-    "tool_choice",
-    "logprobs",
-    "top_logprobs",
-    "response_format",
-    "echo",
-    "suffix",
-    "best_of",
-    "min_p",
-    "typical_p",
-    "max_token",
-    "",
-];
+/// Every field either route reads, and some no route reads (a misspelling, the empty name).
+fn fields() -> Vec<&'static str> {
+    let unknown = ["min_p", "typical_p", "max_token", ""];
+    api::COMMON_FIELDS
+        .iter()
+        .chain(api::CHAT_FIELDS)
+        .chain(api::COMPLETION_FIELDS)
+        .chain(&unknown)
+        .copied()
+        .collect()
+}
 
 fn number(r: &mut Rng) -> Value {
     let edges = [
@@ -163,7 +140,7 @@ fn message(r: &mut Rng) -> Value {
 }
 
 /// A body: mostly plausible values for the fields it names, sometimes anything at all.
-fn body(r: &mut Rng, chat: bool) -> Map<String, Value> {
+fn body(r: &mut Rng, chat: bool, fields: &[&str]) -> Map<String, Value> {
     let mut b = Map::new();
     if r.below(10) != 0 {
         if chat {
@@ -184,7 +161,7 @@ fn body(r: &mut Rng, chat: bool) -> Map<String, Value> {
         }
     }
     for _ in 0..r.below(6) {
-        let f = r.pick(FIELDS).to_string();
+        let f = r.pick(fields).to_string();
         let v = match (f.as_str(), r.below(3)) {
             ("temperature" | "top_p" | "repetition_penalty" | "seed" | "top_k", 0 | 1) => number(r),
             ("stop", 0) => json!([string(r), string(r)]),
@@ -247,10 +224,11 @@ fn random_requests_parse_or_are_refused_by_name_and_sample_inside_the_vocabulary
         .unwrap_or(50_000);
     eprintln!("fuzz seed {seed:#x}, {cases} cases (ONEBIT_FUZZ_SEED / ONEBIT_FUZZ_CASES)");
     let mut r = Rng(seed | 1);
+    let fields = fields();
     let (mut parsed, mut refused) = (0usize, 0usize);
     for _ in 0..cases {
         let chat = r.below(2) == 0;
-        let b = body(&mut r, chat);
+        let b = body(&mut r, chat, &fields);
         // The body as bytes, sometimes cut or with a byte changed: the JSON reader's turn.
         let mut bytes = serde_json::to_vec(&Value::Object(b.clone())).expect("serialize");
         match r.below(6) {
