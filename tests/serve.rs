@@ -270,6 +270,63 @@ fn routes_answer_in_openai_shapes_and_streams_match_whole_replies() {
     assert!(String::from_utf8_lossy(&m).contains("onebit_time_to_first_token_seconds_bucket"));
 }
 
+/// A chat's turns share their system prompt and history: later turns read it from the prefix
+/// cache (`usage.prompt_tokens_details.cached_tokens`, `/metrics`), and answer what a cold run
+/// answers.
+#[test]
+fn later_turns_reuse_the_cached_prompt_prefix_and_answer_as_cold() {
+    let system = "the cat sat on the mat and the dog sat on the log ".repeat(12);
+    let turn = |msgs: Value| json!({"messages": msgs, "max_tokens": 6, "temperature": 0});
+    let first = turn(json!([{"role": "system", "content": system},
+        {"role": "user", "content": "the cat"}]));
+    let cold = serve(&[]);
+    let (st, a) = cold.post("/v1/chat/completions", &first);
+    assert_eq!(st, 200, "{a}");
+    assert_eq!(
+        a["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "{a}"
+    );
+    let answer = a["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("answer")
+        .to_string();
+    let second = turn(json!([{"role": "system", "content": system},
+        {"role": "user", "content": "the cat"},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "the dog"}]));
+    let (st, b) = cold.post("/v1/chat/completions", &second);
+    assert_eq!(st, 200, "{b}");
+    let prompt1 = a["usage"]["prompt_tokens"].as_u64().expect("prompt tokens");
+    let cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .expect("cached");
+    assert!(
+        cached >= prompt1,
+        "turn 2 reused {cached} of turn 1's {prompt1} tokens: {b}"
+    );
+    assert!(
+        cached < b["usage"]["prompt_tokens"].as_u64().expect("prompt"),
+        "{b}"
+    );
+    assert_eq!(cold.metric("onebit_prefix_cache_hits_total"), 1.0);
+    assert_eq!(
+        cold.metric("onebit_prefix_cache_tokens_total"),
+        cached as f64
+    );
+
+    // The same second turn on a server without the cache, twice: nothing cached, the same answer.
+    let fresh = serve(&["--no-prefix-cache"]);
+    for _ in 0..2 {
+        let (st, c) = fresh.post("/v1/chat/completions", &second);
+        assert_eq!(st, 200, "{c}");
+        assert_eq!(
+            c["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+            "{c}"
+        );
+        assert_eq!(c["choices"], b["choices"], "warm and cold answers");
+    }
+}
+
 #[test]
 fn malformed_requests_get_the_right_4xx_and_the_server_keeps_serving() {
     let s = serve(&["--api-key", "sekrit"]);
@@ -568,6 +625,31 @@ fn recurrent_sequences_keep_their_own_state(case: &str) {
         greedy["text"].as_str(),
         "{v}"
     );
+    // The next turn resumes from the recurrent state the first one left (at least its prompt's
+    // checkpoint), and answers as a fresh server does.
+    let next = json!({
+        "messages": [{"role": "user", "content": greedy["content"]},
+            {"role": "assistant", "content": v["choices"][0]["message"]["content"]},
+            {"role": "user", "content": "And then?"}],
+        "max_tokens": 8,
+        "temperature": 0,
+    });
+    let (st, w) = s.post("/v1/chat/completions", &next);
+    assert_eq!(st, 200, "{w}");
+    let cached = w["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
+    assert!(
+        cached >= v["usage"]["prompt_tokens"].as_u64(),
+        "turn 2 reused {cached:?} tokens: {w}"
+    );
+    let home = tempfile::tempdir().expect("tmp");
+    let fresh = serve_repo(home, &repo, &gguf, &[]);
+    let (st, c) = fresh.post("/v1/chat/completions", &next);
+    assert_eq!(st, 200, "{c}");
+    assert_eq!(
+        c["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "{c}"
+    );
+    assert_eq!(c["choices"], w["choices"], "warm and cold answers");
 }
 
 #[test]

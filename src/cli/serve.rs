@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// Rows per forward batch (decode rows plus prompt chunks).
     #[arg(long, default_value_t = 256)]
     pub batch: usize,
+    /// Recompute every prompt in full: no request starts from the cached prefix of an earlier
+    /// one (for measuring; answers are the same either way).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 2 << 20)]
     pub max_body: usize,
@@ -121,6 +125,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
         queue: a.queue,
         batch: a.batch,
         ctx: a.ctx_size.unwrap_or(0),
+        prefix_cache: !a.no_prefix_cache,
     };
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     let server = Server::new(Options {

@@ -37,7 +37,7 @@ use crate::pack::Pack;
 use crate::spec::ModelSpec;
 pub use load::{SELF_CHECK_TOLERANCE, SelfCheck};
 use mixer::{Layer, Pass, add_branch};
-pub use session::Session;
+pub use session::{Checkpoint, Session};
 use stats::Collecting;
 pub use stats::{ActStats, InputStats};
 use weight::Weight;

@@ -85,6 +85,40 @@ impl Session {
         &self.conv[layer]
     }
 
+    /// A copy of the recurrent state (each short convolution's last inputs, each delta-rule
+    /// state) at the current position, or `None` for a model without recurrent layers, whose KV
+    /// cache alone can be rewound. A server takes one at the end of a prompt, so that a later
+    /// prompt that extends it can start from there (the state itself cannot be rewound).
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        self.has_recurrent_state().then(|| Checkpoint {
+            pos: self.pos,
+            conv: self.conv.clone(),
+            ssm: self.ssm.clone(),
+        })
+    }
+
+    /// Goes back to `c`'s position with its recurrent state. The KV cache up to that position is
+    /// kept as it is: `c` must have been taken from this session, and no position before `c.pos`
+    /// rewritten since (a server keeps the tokens each session holds, which guarantees both).
+    /// Returns false, changing nothing, when `c` is past the current position or does not fit
+    /// this session's layers.
+    pub fn restore(&mut self, c: &Checkpoint) -> bool {
+        let fits = |a: &[Vec<f32>], b: &[Vec<f32>]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.len() == y.len())
+        };
+        if c.pos > self.pos || !fits(&self.conv, &c.conv) || !fits(&self.ssm, &c.ssm) {
+            return false;
+        }
+        for (dst, src) in self.conv.iter_mut().zip(&c.conv) {
+            dst.copy_from_slice(src);
+        }
+        for (dst, src) in self.ssm.iter_mut().zip(&c.ssm) {
+            dst.copy_from_slice(src);
+        }
+        self.pos = c.pos;
+        true
+    }
+
     /// The cached keys of `layer` for positions `< pos` (tests compare caches).
     pub fn keys(&self, layer: usize) -> &[f32] {
         let w = self.k[layer].len() / self.capacity.max(1);
@@ -95,5 +129,22 @@ impl Session {
     pub fn values(&self, layer: usize) -> &[f32] {
         let w = self.v[layer].len() / self.capacity.max(1);
         &self.v[layer][..self.pos * w]
+    }
+}
+
+/// A session's recurrent state at one position (see [`Session::checkpoint`]).
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    /// The position the state belongs to: the tokens processed when it was taken.
+    pub pos: usize,
+    conv: Vec<Vec<f32>>,
+    ssm: Vec<Vec<f32>>,
+}
+
+impl Checkpoint {
+    /// Bytes the checkpoint holds.
+    pub fn bytes(&self) -> usize {
+        let floats: usize = self.conv.iter().chain(&self.ssm).map(Vec::len).sum();
+        floats * std::mem::size_of::<f32>()
     }
 }

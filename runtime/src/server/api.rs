@@ -524,12 +524,14 @@ fn kind_of(v: &Value) -> String {
     }
 }
 
-/// `usage` of a reply.
-pub fn usage(prompt: usize, completion: usize) -> Value {
+/// `usage` of a reply; `cached` prompt tokens came from the prefix cache
+/// (`prompt_tokens_details.cached_tokens`, as OpenAI reports its prompt caching).
+pub fn usage(prompt: usize, cached: usize, completion: usize) -> Value {
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
 }
 

@@ -45,6 +45,10 @@ pub struct Metrics {
     pub prompt_tokens: Counter,
     /// Tokens generated.
     pub completion_tokens: Counter,
+    /// Requests that started from a cached prompt prefix.
+    pub prefix_hits: Counter,
+    /// Prompt tokens whose KV cache was reused instead of recomputed.
+    pub prefix_tokens: Counter,
     /// Generations by finish reason.
     pub finished: Family<FinishLabels, Counter>,
     /// Time from a request's arrival to its first token.
@@ -77,6 +81,8 @@ impl Metrics {
             latency: Family::new_with_constructor(latency_hist as fn() -> Histogram),
             prompt_tokens: Counter::default(),
             completion_tokens: Counter::default(),
+            prefix_hits: Counter::default(),
+            prefix_tokens: Counter::default(),
             finished: Family::default(),
             ttft: latency_hist(),
             inter_token: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
@@ -106,6 +112,16 @@ impl Metrics {
             "completion_tokens",
             "Tokens generated",
             m.completion_tokens.clone(),
+        );
+        registry.register(
+            "prefix_cache_hits",
+            "Requests that started from a cached prompt prefix",
+            m.prefix_hits.clone(),
+        );
+        registry.register(
+            "prefix_cache_tokens",
+            "Prompt tokens whose KV cache was reused instead of recomputed",
+            m.prefix_tokens.clone(),
         );
         registry.register(
             "generations",

@@ -10,6 +10,7 @@ pub mod api;
 #[cfg(test)]
 mod fuzz_tests;
 pub mod metrics;
+mod prefix;
 mod reply;
 pub mod scheduler;
 #[cfg(test)]

@@ -53,6 +53,7 @@ impl Drop for Reply {
                 id = %self.id,
                 route,
                 prompt_tokens = s.prompt_tokens,
+                cached_tokens = s.cached_tokens,
                 completion_tokens = s.completion_tokens,
                 finish = s.finish.as_str(),
                 ttft_ms = s.ttft.as_millis() as u64,
@@ -130,7 +131,7 @@ impl Reply {
                 Some(Event::Done(s)) => {
                     self.summary = Some(s);
                     let finish = Some(api::finish_reason(s.finish));
-                    let usage = api::usage(s.prompt_tokens, s.completion_tokens);
+                    let usage = api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
                     let body = self.envelope(self.choice(&text, finish, false), Some(usage), false);
                     return Ok(axum::Json(body).into_response());
                 }
@@ -183,7 +184,8 @@ impl Reply {
                         }
                         Some(Event::Done(s)) => {
                             reply.summary = Some(s);
-                            let usage = api::usage(s.prompt_tokens, s.completion_tokens);
+                            let usage =
+                                api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
                             let fin = api::finish_reason(s.finish);
                             let last = reply.chunk(reply.delta("", Some(fin)), Some(usage.clone()));
                             pending.push_back(last.to_string());

@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::Metrics;
+use super::prefix::Pool;
 use rayon::prelude::*;
 
 use crate::generate::{Decoder, Finish, Request, Step};
-use crate::model::{Model, Session};
+use crate::model::{Checkpoint, Model, Session};
 use crate::text::Text;
 
 /// The model and its text side, shared by the handlers (tokenizing) and the scheduler (running).
@@ -42,6 +43,8 @@ pub struct Limits {
     pub batch: usize,
     /// Context per sequence, tokens.
     pub ctx: usize,
+    /// Whether a request starts from the longest prompt prefix a free cache holds.
+    pub prefix_cache: bool,
 }
 
 /// What a request's stream receives.
@@ -60,6 +63,8 @@ pub enum Event {
 pub struct Summary {
     /// Prompt tokens.
     pub prompt_tokens: usize,
+    /// Prompt tokens whose KV cache was reused from an earlier request (not recomputed).
+    pub cached_tokens: usize,
     /// Generated tokens.
     pub completion_tokens: usize,
     /// Why it ended.
@@ -99,6 +104,10 @@ struct Seq {
     job: Job,
     session: Session,
     fed: usize,
+    /// Prompt tokens reused from the pool's cache.
+    reused: usize,
+    /// The recurrent state once the prompt has been read (recurrent models only).
+    checkpoint: Option<Checkpoint>,
     dec: Decoder,
     next: Option<u32>,
     ttft: Option<Duration>,
@@ -134,9 +143,7 @@ impl Scheduler {
 fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
     let mut active: Vec<Seq> = Vec::new();
     // Every slot's cache up front: memory is fixed from the start and never grows with load.
-    let mut pool: Vec<Session> = (0..limits.slots)
-        .map(|_| engine.model.resident_session(limits.ctx))
-        .collect();
+    let mut pool = Pool::new(&engine.model, limits.slots, limits.ctx, limits.prefix_cache);
     tracing::info!(
         slots = limits.slots,
         ctx = limits.ctx,
@@ -162,16 +169,22 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
                 m.finish(Finish::Cancelled.as_str());
                 continue;
             }
-            let mut session = pool
-                .pop()
-                .unwrap_or_else(|| engine.model.session(limits.ctx));
-            session.truncate(0);
+            let (mut session, reused) = match pool.take(&job.ids) {
+                Some(t) => (t.session, t.reused),
+                None => (engine.model.session(limits.ctx), 0),
+            };
+            if reused > 0 {
+                m.prefix_hits.inc();
+                m.prefix_tokens.inc_by(reused as u64);
+            }
             session.read_top(job.req.sampler.reads_top());
             let dec = Decoder::new(&job.ids, &job.req);
             active.push(Seq {
                 job,
                 session,
-                fed: 0,
+                fed: reused,
+                reused,
+                checkpoint: None,
                 dec,
                 next: None,
                 ttft: None,
@@ -182,7 +195,7 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
         active.retain_mut(|s| {
             if s.job.events.is_closed() {
                 m.finish(Finish::Cancelled.as_str());
-                pool.push(std::mem::replace(&mut s.session, Session::empty()));
+                give_back(&mut pool, s);
                 false
             } else {
                 true
@@ -196,8 +209,8 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
         let step = std::panic::catch_unwind(AssertUnwindSafe(|| {
             iterate(engine, limits, m, &mut active, &mut shape)
         }));
-        let done: Vec<usize> = match step {
-            Ok(done) => done,
+        let (done, failed) = match step {
+            Ok(done) => (done, false),
             Err(panic) => {
                 // A bug, not an answer: counted, and logged with what the batch held so the
                 // failing shape can be replayed.
@@ -214,15 +227,29 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
                         .events
                         .send(Event::Failed("internal error in the model".into()));
                 }
-                (0..active.len()).collect()
+                ((0..active.len()).collect(), true)
             }
         };
         for &i in done.iter().rev() {
-            let s = active.swap_remove(i);
-            pool.push(s.session);
+            let mut s = active.swap_remove(i);
+            if failed {
+                pool.give_cleared(s.session);
+            } else {
+                give_back(&mut pool, &mut s);
+            }
         }
         m.running.set(active.len() as i64);
     }
+}
+
+/// Returns `s`'s cache to the pool with the tokens it holds: the prompt, then what was generated
+/// and fed back.
+fn give_back(pool: &mut Pool, s: &mut Seq) {
+    let mut tokens = Vec::with_capacity(s.job.ids.len() + s.dec.tokens().len());
+    tokens.extend_from_slice(&s.job.ids);
+    tokens.extend_from_slice(s.dec.tokens());
+    let session = std::mem::replace(&mut s.session, Session::empty());
+    pool.give(session, tokens, s.checkpoint.take());
 }
 
 /// Tests only: a forward batch of exactly this many rows panics (0: never), to exercise the guard
@@ -345,7 +372,11 @@ fn iterate(
         }
     };
     for (i, take) in prefill {
-        active[i].fed += take;
+        let s = &mut active[i];
+        s.fed += take;
+        if s.fed == s.job.ids.len() {
+            s.checkpoint = s.session.checkpoint();
+        }
         m.prompt_tokens.inc_by(take as u64);
     }
     // Sample every sequence that got logits, in parallel (a full-vocabulary softmax each).
@@ -401,6 +432,7 @@ fn iterate(
                 m.finish(f.as_str());
                 let _ = s.job.events.send(Event::Done(Summary {
                     prompt_tokens: s.job.ids.len(),
+                    cached_tokens: s.reused,
                     completion_tokens: s.dec.tokens().len(),
                     finish: f,
                     ttft: s.ttft.unwrap_or_default(),

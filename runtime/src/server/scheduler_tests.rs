@@ -108,9 +108,22 @@ struct Drawn {
     client: Client,
 }
 
-fn draw_request(rng: &mut Rng, batch: usize) -> Drawn {
-    let len = rng.range(1, 3 * batch);
-    let ids = (0..len).map(|_| rng.range(0, V - 1) as u32).collect();
+/// A request of up to 3 × `batch` random tokens; half of them, when there are `earlier` prompts,
+/// start with a prefix of one (all of it, at times), so freed caches get reused.
+fn draw_request(rng: &mut Rng, batch: usize, earlier: &[Vec<u32>]) -> Drawn {
+    let mut ids: Vec<u32> = Vec::new();
+    if !earlier.is_empty() && rng.range(0, 1) == 0 {
+        let from = &earlier[rng.range(0, earlier.len() - 1)];
+        // All of it a third of the time: a recurrent model resumes only at a prompt's end.
+        let k = if rng.range(0, 2) == 0 {
+            from.len()
+        } else {
+            rng.range(1, from.len())
+        };
+        ids.extend_from_slice(&from[..k]);
+    }
+    let len = rng.range(usize::from(ids.is_empty()), 3 * batch - ids.len());
+    ids.extend((0..len).map(|_| rng.range(0, V - 1) as u32));
     let sampler = if rng.range(0, 3) == 0 {
         SamplerConfig {
             temperature: 0.9,
@@ -155,11 +168,16 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
         .unwrap_or(100);
     let mut rng = Rng(seed ^ blake3::hash(name.as_bytes()).as_bytes()[0] as u64);
     let mut session = engine.model.session(CTX);
+    let mut reused = 0;
     for case in 0..cases {
         let batch = rng.log_uniform(MAX_BATCH);
         let parallel = rng.range(1, 4);
         let n = rng.range(1, 6);
-        let drawn: Vec<Drawn> = (0..n).map(|_| draw_request(&mut rng, batch)).collect();
+        let mut drawn: Vec<Drawn> = Vec::new();
+        for _ in 0..n {
+            let earlier: Vec<Vec<u32>> = drawn.iter().map(|d| d.ids.clone()).collect();
+            drawn.push(draw_request(&mut rng, batch, &earlier));
+        }
         let at = format!("{name}, seed {seed}, case {case}: batch {batch}, parallel {parallel}");
         let metrics = Arc::new(Metrics::new());
         let sched = Scheduler::start(
@@ -169,6 +187,7 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
                 queue: 8,
                 batch,
                 ctx: CTX,
+                prefix_cache: true,
             },
             metrics.clone(),
         );
@@ -250,6 +269,7 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
             }
         }
         drop(sched);
+        reused += metrics.prefix_tokens.get();
         assert_eq!(metrics.model_panics.get(), 0, "{at}: model panics");
         // Clients that left are noticed at the scheduler's next turn: idle means zero running.
         let t0 = Instant::now();
@@ -262,6 +282,8 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
             "{at}: running sequences when idle"
         );
     }
+    // The shared prefixes were taken from the cache, not recomputed, in some of the cases.
+    assert!(reused > 0, "{name}: no prompt prefix was ever reused");
 }
 
 #[test]
@@ -298,6 +320,7 @@ fn a_panic_in_the_model_fails_the_batch_is_counted_and_the_server_goes_on() {
             queue: 4,
             batch: ROWS,
             ctx: 1024,
+            prefix_cache: true,
         },
         metrics.clone(),
     );

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Prompt-prefix reuse in `serve`: time to first token of a conversation's second turn whose
+# prompt starts with a 1,000-token system text, on a server with the prefix cache against one
+# started with --no-prefix-cache, side by side on Gemma 3 270M (the demo pack; it is a base model
+# without a chat template, so the turns are plain completions: turn 2's prompt is turn 1's prompt,
+# its answer and a new question). Rounds alternate between the two servers, each with a new first
+# question, and every answer is compared between them.
+# usage: scripts/bench-prefix.sh [ROUNDS] [THREADS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${1:-5}"
+threads="${2:-2}"
+cargo build --release --quiet
+bin=target/release/onebit-pipe
+gguf=$(scripts/fetch-gemma.sh)
+mirror="${ONEBIT_DEMO_MIRROR:-$HOME/.cache/onebit-models/mirror}"
+repo=FastFlowLM/Gemma3-270M-NPU2
+[ -f "$mirror/$repo/model.q4nx" ] || scripts/demo.sh >&2
+src=(--repo "$repo" --endpoint "$mirror" --reference "$gguf")
+"$bin" -q run "${src[@]}" >&2
+logs=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$logs"' EXIT
+start() { # name, extra args...
+  local name=$1
+  shift
+  "$bin" serve "${src[@]}" --port 0 -t "$threads" --parallel 1 --ctx-size 2048 "$@" \
+    2>"$logs/$name.log" &
+  pids+=($!)
+}
+start warm
+start cold --no-prefix-cache
+addr() {
+  for _ in $(seq 600); do
+    a=$(grep -o 'listening on http://[^ ]*' "$logs/$1.log" | sed 's|listening on http://||') || true
+    if [ -n "$a" ] && curl -sf "http://$a/health" >/dev/null; then echo "$a"; return; fi
+    sleep 0.2
+  done
+  echo "bench-prefix: the $1 server did not come up: $(cat "$logs/$1.log")" >&2
+  exit 2
+}
+warm=$(addr warm)
+cold=$(addr cold)
+python3 - "$warm" "$cold" "$rounds" <<'EOF'
+import http.client, json, statistics, sys, time
+
+warm, cold, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+words = open("tests/fixtures/text/calibration.txt").read().split()
+
+
+def post(addr, body, stream=False):
+    host, port = addr.rsplit(":", 1)
+    c = http.client.HTTPConnection(host, int(port), timeout=600)
+    body = dict(body, stream=stream)
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if not stream:
+        return json.loads(r.read()), None
+    ttft, text, usage = None, "", None
+    for line in r:
+        line = line.strip()
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if chunk.get("choices"):
+            piece = chunk["choices"][0].get("text", "")
+            if piece and ttft is None:
+                ttft = time.perf_counter() - t0
+            text += piece
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+    return {"text": text, "usage": usage}, ttft
+
+
+# A system text of at least 1,000 tokens, as the server counts them.
+k = 500
+while True:
+    system = " ".join(words[:k])
+    probe, _ = post(cold, {"prompt": system, "max_tokens": 1})
+    n = probe["usage"]["prompt_tokens"]
+    if n >= 1000:
+        break
+    k += max(5, (1000 - n) // 2)
+times = {"warm": [], "cold": []}
+for r in range(rounds):
+    q1 = f"\n\nQuestion {r + 1}: what is the text above about, in {r + 3} words?\nAnswer:"
+    turn1 = {"prompt": system + q1, "max_tokens": 24, "temperature": 0}
+    seen = {}
+    for name, addr in (("warm", warm), ("cold", cold)) if r % 2 == 0 else (("cold", cold), ("warm", warm)):
+        a, _ = post(addr, turn1)
+        turn2 = {
+            "prompt": turn1["prompt"] + a["choices"][0]["text"] + "\nQuestion: and who wrote it?\nAnswer:",
+            "max_tokens": 8,
+            "temperature": 0,
+        }
+        b, ttft = post(addr, turn2, stream=True)
+        times[name].append(ttft)
+        seen[name] = (a["choices"][0]["text"], b["text"])
+        u = b["usage"]
+        print(
+            f"round {r + 1} {name}: turn 2 of {u['prompt_tokens']} prompt tokens, "
+            f"{u['prompt_tokens_details']['cached_tokens']} cached, first token after {ttft * 1000:.1f} ms"
+        )
+    assert seen["warm"] == seen["cold"], f"round {r + 1}: the answers differ: {seen}"
+w, c = statistics.median(times["warm"]), statistics.median(times["cold"])
+print(f"system text of {n} tokens; median time to first token of turn 2: "
+      f"cold {c * 1000:.1f} ms, warm {w * 1000:.1f} ms, {c / w:.1f}x "
+      f"(range {min(times['cold']) / max(times['warm']):.1f}-{max(times['cold']) / min(times['warm']):.1f}x)")
+EOF
