@@ -270,6 +270,100 @@ fn routes_answer_in_openai_shapes_and_streams_match_whole_replies() {
     assert!(String::from_utf8_lossy(&m).contains("onebit_time_to_first_token_seconds_bucket"));
 }
 
+/// `response_format` holds the answer to its JSON schema on both routes, whole and streamed; a
+/// schema the engine cannot enforce is a 400 naming `response_format` and the feature.
+#[test]
+fn response_format_answers_follow_the_schema_and_unsupported_schemas_are_named() {
+    let s = serve(&[]);
+    let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 8},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+            "pet": {"enum": ["cat", "dog"]}},
+        "required": ["name", "age", "pet"], "additionalProperties": false});
+    let format = json!({"type": "json_schema",
+        "json_schema": {"name": "person", "schema": schema, "strict": true}});
+    let check = |text: &str| {
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        let o = v.as_object().expect("an object");
+        assert_eq!(o.len(), 3, "{v}");
+        assert!(
+            v["name"].as_str().is_some_and(|n| n.chars().count() <= 8),
+            "{v}"
+        );
+        assert!(v["age"].as_u64().is_some_and(|a| a <= 120), "{v}");
+        assert!(v["pet"] == "cat" || v["pet"] == "dog", "{v}");
+    };
+    for prompt in ["the cat", "a dog sat", "w"] {
+        let body = json!({"prompt": prompt, "max_tokens": 200, "response_format": format});
+        let (st, r) = s.post("/v1/completions", &body);
+        assert_eq!(st, 200, "{r}");
+        assert_eq!(r["choices"][0]["finish_reason"], "stop", "{r}");
+        check(r["choices"][0]["text"].as_str().expect("text"));
+    }
+    let chat = json!({"messages": [{"role": "user", "content": "the cat"}], "max_tokens": 200,
+        "response_format": format, "stream": true});
+    let (st, raw) = s.post_raw("/v1/chat/completions", "", chat.to_string().as_bytes());
+    assert_eq!(st, 200);
+    let text: String = sse_data(&raw)
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| {
+            let c: Value = serde_json::from_str(d).expect("chunk");
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    check(&text);
+    // Any JSON object.
+    let body = json!({"prompt": "the cat", "max_tokens": 300, "temperature": 0,
+        "response_format": {"type": "json_object", "schema": {"type": "object",
+            "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+            "additionalProperties": false}}});
+    let (st, r) = s.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{r}");
+    let v: Value =
+        serde_json::from_str(r["choices"][0]["text"].as_str().expect("text")).expect("json");
+    assert!(v["ok"].is_boolean(), "{v}");
+    // Refused by name: a remote $ref, an unknown format, an unknown type.
+    for (rf, param, says) in [
+        (
+            json!({"type": "json_schema", "json_schema": {"schema": {"$ref": "http://x/y.json"}}}),
+            "response_format",
+            "$ref",
+        ),
+        (
+            json!({"type": "json_schema", "json_schema": {"schema": {"type": "string",
+            "format": "ipv7"}}}),
+            "response_format",
+            "ipv7",
+        ),
+        (
+            json!({"type": "grammar"}),
+            "response_format.type",
+            "grammar",
+        ),
+        (
+            json!({"type": "json_schema"}),
+            "response_format.json_schema",
+            "schema",
+        ),
+    ] {
+        let (st, e) = s.post(
+            "/v1/completions",
+            &json!({"prompt": "x", "response_format": rf}),
+        );
+        assert_eq!(st, 400, "{e}");
+        assert_eq!(e["error"]["param"], param, "{e}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(says)),
+            "{e}"
+        );
+    }
+}
+
 /// A chat's turns share their system prompt and history: later turns read it from the prefix
 /// cache (`usage.prompt_tokens_details.cached_tokens`, `/metrics`), and answer what a cold run
 /// answers.

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::grammar::Constraint;
 use crate::model::{Model, Session};
 use crate::sample::{Sampler, SamplerConfig};
 use crate::text::{Message, Text};
@@ -30,6 +31,9 @@ pub struct Request {
     pub sampler: SamplerConfig,
     /// Strings that end generation (not included in the text).
     pub stop: Vec<String>,
+    /// A grammar the answer must follow (structured outputs, forced tool calls): it masks the
+    /// logits before each token is sampled and ends the answer when its text is complete.
+    pub constraint: Option<Constraint>,
 }
 
 /// Why generation ended.
@@ -159,6 +163,7 @@ pub struct Decoder {
     emitted: usize,
     max_tokens: usize,
     stop: Vec<String>,
+    constraint: Option<Constraint>,
 }
 
 impl Decoder {
@@ -172,6 +177,7 @@ impl Decoder {
             emitted: 0,
             max_tokens: req.max_tokens,
             stop: req.stop.clone(),
+            constraint: req.constraint.clone(),
         }
     }
 
@@ -197,13 +203,26 @@ impl Decoder {
         if self.out.len() >= self.max_tokens {
             return Ok(self.finish(None, Finish::Length));
         }
+        if let Some(c) = &mut self.constraint {
+            c.mask(logits)?;
+        }
         let next = self.sampler.pick(logits, &self.seen);
         if model.spec.eos.contains(&next) {
             return Ok(self.finish(Some(next), Finish::Stop));
         }
+        let complete = match &mut self.constraint {
+            Some(c) => {
+                c.accept(next)?;
+                c.is_finished()
+            }
+            None => false,
+        };
         self.out.push(next);
         self.seen.push(next);
         self.full = text.decode(&self.out)?;
+        if complete {
+            return Ok(self.finish(Some(next), Finish::Stop));
+        }
         let last = self.out.len() >= self.max_tokens || !room;
         if let Some(at) = stop_at(&self.full, &self.stop, last) {
             self.full.truncate(at);

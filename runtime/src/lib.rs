@@ -11,6 +11,7 @@ pub mod backend;
 pub mod device;
 pub mod error;
 pub mod generate;
+pub mod grammar;
 mod head;
 pub mod kernels;
 pub mod model;

@@ -87,6 +87,11 @@ impl Text {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Runs `f` on the tokenizer (the grammar engine reads its vocabulary once).
+    pub fn with_tokenizer<T>(&self, f: impl FnOnce(&tokenizers::Tokenizer) -> T) -> T {
+        f(&self.tokenizer())
+    }
+
     /// Sets the BOS/EOS token texts the template sees as `bos_token`/`eos_token`.
     pub fn with_special(mut self, bos: Option<u32>, eos: Option<u32>) -> Text {
         let (b, e) = {

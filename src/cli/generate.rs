@@ -240,6 +240,7 @@ pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
         max_tokens: a.sample.max_tokens,
         sampler: sampler.clone(),
         stop: a.sample.stop.clone(),
+        constraint: None,
     };
     let mut session = model.session(a.sample.ctx(&model)?);
     let stream = !g.json;
@@ -338,6 +339,7 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
             max_tokens: a.sample.max_tokens,
             sampler: sampler.clone(),
             stop: a.sample.stop.clone(),
+            constraint: None,
         };
         let mut stdout = std::io::stdout();
         let out = generate(&model, &text, &mut session, &req, |piece| {

@@ -164,7 +164,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
                         model.session_bytes(0),
                         model.session_bytes(1) - model.session_bytes(0),
                     );
-                    match server.ready(Engine { model, text }) {
+                    match server.ready(Engine::new(model, text)) {
                         Ok(l) => eprintln!(
                             "ready: {source} on {on}; {} sequences × {} tokens of context ({}; \
                              the model's context is {context}), {} MiB of caches",

@@ -96,6 +96,8 @@ pub struct Parsed {
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with usage and no choices.
     pub include_usage: bool,
+    /// `response_format`: the grammar the answer must follow.
+    pub format: Option<crate::grammar::Spec>,
 }
 
 /// Parses a body as JSON, saying where it broke.
@@ -194,6 +196,7 @@ fn unsupported(
 /// this server cannot do. `user` and `metadata` label a request and change no answer.
 pub(super) const COMMON_FIELDS: &[&str] = &[
     "model",
+    "response_format",
     "max_tokens",
     "max_completion_tokens",
     "temperature",
@@ -221,7 +224,6 @@ pub(super) const CHAT_FIELDS: &[&str] = &[
     "parallel_tool_calls",
     "logprobs",
     "top_logprobs",
-    "response_format",
 ];
 
 /// Fields only `/v1/completions` reads.
@@ -401,6 +403,7 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
         stop,
         stream,
         include_usage,
+        format: super::structured::response_format(b)?,
     })
 }
 
@@ -477,9 +480,6 @@ pub fn chat(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
     unsupported(b, "top_logprobs", |v| v.as_i64() == Some(0))?;
     unsupported(b, "tool_choice", |v| v.as_str() == Some("none"))?;
     unsupported(b, "parallel_tool_calls", |v| v.is_boolean())?;
-    unsupported(b, "response_format", |v| {
-        v.get("type").and_then(Value::as_str) == Some("text")
-    })?;
     common(b, Prompt::Chat(out))
 }
 

@@ -15,6 +15,7 @@ mod reply;
 pub mod scheduler;
 #[cfg(test)]
 mod scheduler_tests;
+mod structured;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -280,9 +281,19 @@ impl Server {
             max_tokens: 0,
             sampler: parsed.sampler.clone(),
             stop: parsed.stop.clone(),
+            constraint: None,
         };
         let engine = ready.engine.clone();
+        let format = parsed.format.clone();
         let ids = tokio::task::spawn_blocking(move || {
+            let mut req = req;
+            if let Some(spec) = &format {
+                req.constraint = Some(engine.grammars.compile(
+                    &engine.text,
+                    spec,
+                    "response_format",
+                )?);
+            }
             checked_prompt(&engine.model, &engine.text, &req, ctx).map(|ids| (ids, req))
         })
         .await
@@ -301,6 +312,10 @@ impl Server {
         let (ids, mut req) = ids.map_err(|e| match e {
             Error::Request { reason, .. } if reason.contains("context") => {
                 ApiError::bad(prompt_param, reason).with_code("context_length_exceeded")
+            }
+            // A grammar the engine cannot compile names its own field.
+            Error::Request { field, reason } if field != "prompt" && field != "messages" => {
+                ApiError::bad(field, reason)
             }
             Error::Request { reason, .. } => ApiError::bad(prompt_param, reason),
             other => ApiError::bad(prompt_param, format!("cannot prepare the prompt: {other}")),

@@ -21,6 +21,7 @@ use super::prefix::Pool;
 use rayon::prelude::*;
 
 use crate::generate::{Decoder, Finish, Request, Step};
+use crate::grammar::Grammars;
 use crate::model::{Checkpoint, Model, Session};
 use crate::text::Text;
 
@@ -30,6 +31,20 @@ pub struct Engine {
     pub model: Model,
     /// Tokenizer and chat template.
     pub text: Text,
+    /// The grammar engine over the model's vocabulary (built on the first constrained request).
+    pub grammars: Grammars,
+}
+
+impl Engine {
+    /// The engine of `model` and its `text`.
+    pub fn new(model: Model, text: Text) -> Engine {
+        let grammars = Grammars::new(model.spec.vocab, &model.spec.eos);
+        Engine {
+            model,
+            text,
+            grammars,
+        }
+    }
 }
 
 /// Scheduler limits.
@@ -177,7 +192,12 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
                 m.prefix_hits.inc();
                 m.prefix_tokens.inc_by(reused as u64);
             }
-            session.read_top(job.req.sampler.reads_top());
+            // A grammar may allow only tokens outside the best few: its rows read every logit.
+            session.read_top(if job.req.constraint.is_some() {
+                0
+            } else {
+                job.req.sampler.reads_top()
+            });
             let dec = Decoder::new(&job.ids, &job.req);
             active.push(Seq {
                 job,

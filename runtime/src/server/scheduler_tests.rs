@@ -87,7 +87,7 @@ fn engine(spec: &ModelSpec, scan: bool) -> (tempfile::TempDir, Arc<Engine>) {
         model.set_head_rescore(4);
     }
     let text = Text::load(&tok, None).expect("text");
-    (dir, Arc::new(Engine { model, text }))
+    (dir, Arc::new(Engine::new(model, text)))
 }
 
 /// How a request's client behaves.
@@ -145,6 +145,7 @@ fn draw_request(rng: &mut Rng, batch: usize, earlier: &[Vec<u32>]) -> Drawn {
             max_tokens: rng.range(1, 6),
             sampler,
             stop: Vec::new(),
+            constraint: None,
         },
         client,
     }
@@ -333,6 +334,7 @@ fn a_panic_in_the_model_fails_the_batch_is_counted_and_the_server_goes_on() {
                 max_tokens: 3,
                 sampler: SamplerConfig::default(),
                 stop: Vec::new(),
+                constraint: None,
             },
             events: tx,
             arrived: Instant::now(),
