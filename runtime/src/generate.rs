@@ -181,6 +181,15 @@ impl Decoder {
         }
     }
 
+    /// The tokens its grammar allows next (`None` without a grammar), for the head to rank only
+    /// those ([`Session::allow_only`]).
+    pub fn allowed(&mut self) -> Result<Option<std::sync::Arc<[u32]>>> {
+        self.constraint
+            .as_mut()
+            .map(Constraint::allowed)
+            .transpose()
+    }
+
     /// Tokens generated so far.
     pub fn tokens(&self) -> &[u32] {
         &self.out
@@ -230,6 +239,10 @@ impl Decoder {
         }
         if last {
             return Ok(self.finish(Some(next), Finish::Length));
+        }
+        if let Some(c) = &mut self.constraint {
+            // The next mask now, while sequences are stepped in parallel.
+            c.allowed()?;
         }
         // Emit what is complete: no trailing U+FFFD of a partial byte sequence, no possible
         // stop-string prefix.

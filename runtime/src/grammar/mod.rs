@@ -116,7 +116,24 @@ impl Grammars {
         Ok(Constraint {
             matcher,
             spec: spec.clone(),
+            allowed: None,
         })
+    }
+}
+
+/// Sets `row[i]` to −∞ wherever bit `i` of `allowed` (32 tokens a word) is clear; rows past the
+/// bits are forbidden too.
+pub fn forbid_outside(allowed: &[u32], row: &mut [f32]) {
+    for (w, chunk) in row.chunks_mut(32).enumerate() {
+        let bits = allowed.get(w).copied().unwrap_or(0);
+        if bits == u32::MAX {
+            continue;
+        }
+        for (b, l) in chunk.iter_mut().enumerate() {
+            if bits >> b & 1 == 0 {
+                *l = f32::NEG_INFINITY;
+            }
+        }
     }
 }
 
@@ -125,6 +142,8 @@ impl Grammars {
 pub struct Constraint {
     matcher: Matcher,
     spec: Spec,
+    /// The tokens allowed next, once computed for the current state.
+    allowed: Option<Arc<[u32]>>,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -139,24 +158,27 @@ impl Constraint {
     /// Sets every logit the grammar forbids next to −∞ (rows past the vocabulary the grammar
     /// knows are forbidden too).
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<()> {
-        let mask = self.matcher.compute_mask().map_err(|e| self.failed(e))?;
-        let words = mask.as_slice();
-        for (w, chunk) in logits.chunks_mut(32).enumerate() {
-            let bits = words.get(w).copied().unwrap_or(0);
-            if bits == u32::MAX && chunk.len() == 32 {
-                continue;
-            }
-            for (b, l) in chunk.iter_mut().enumerate() {
-                if bits >> b & 1 == 0 {
-                    *l = f32::NEG_INFINITY;
-                }
-            }
-        }
+        let allowed = self.allowed()?;
+        forbid_outside(&allowed, logits);
         Ok(())
+    }
+
+    /// The tokens the grammar allows next, a bit per token id (32 a word). Computed once per
+    /// state: the model's head reads it to rank only allowed tokens, then [`Constraint::mask`]
+    /// applies it to the logits.
+    pub fn allowed(&mut self) -> Result<Arc<[u32]>> {
+        if let Some(a) = &self.allowed {
+            return Ok(a.clone());
+        }
+        let mask = self.matcher.compute_mask().map_err(|e| self.failed(e))?;
+        let a: Arc<[u32]> = mask.as_slice().into();
+        self.allowed = Some(a.clone());
+        Ok(a)
     }
 
     /// Advances past the sampled `token`.
     pub fn accept(&mut self, token: u32) -> Result<()> {
+        self.allowed = None;
         self.matcher
             .consume_token(token)
             .map_err(|e| self.failed(e))

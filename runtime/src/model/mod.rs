@@ -182,6 +182,7 @@ impl Model {
                 .map(|l| vec![0f32; l.mixing.ssm_state()])
                 .collect(),
             reads_top: 0,
+            allowed: None,
         }
     }
 
@@ -313,7 +314,11 @@ impl Model {
             .iter()
             .map(|&w| sessions[rows[w].0].reads_top)
             .collect();
-        self.head_logits(&reads, &xs)
+        let allowed: Vec<Option<&[u32]>> = want
+            .iter()
+            .map(|&w| sessions[rows[w].0].allowed.as_deref())
+            .collect();
+        self.head_logits(&reads, &allowed, &xs)
     }
 
     /// The head's logits for `reads.len()` final hidden states `xs`, row-major `[row][vocab]`.
@@ -321,7 +326,13 @@ impl Model {
     /// best candidates (at most the re-scored count) gets the scan head's ranking with exact
     /// candidates, every other row the full head. The rows of each kind run as one product, and
     /// a row's numbers never depend on the other rows of the batch.
-    fn head_logits(&self, reads: &[usize], xs: &[f32]) -> Result<Vec<f32>> {
+    /// A row with `allowed` tokens ranks only those (a grammar's mask), all others −∞.
+    fn head_logits(
+        &self,
+        reads: &[usize],
+        allowed: &[Option<&[u32]>],
+        xs: &[f32],
+    ) -> Result<Vec<f32>> {
         let (h, vocab) = (self.spec.hidden, self.spec.vocab);
         let n = reads.len();
         let mut logits = vec![0f32; n * vocab];
@@ -356,6 +367,11 @@ impl Model {
             match scan.filter(|_| kind) {
                 Some(scan) => scan.matmul(self.path, gx, idx.len(), &mut part),
                 None => self.matmul(&self.head, gx, idx.len(), &mut part)?,
+            }
+            for (j, &i) in idx.iter().enumerate() {
+                if let Some(a) = allowed[i] {
+                    crate::grammar::forbid_outside(a, &mut part[j * vocab..(j + 1) * vocab]);
+                }
             }
             if let (Some(scale), k) = (self.exact_head, self.rescore) {
                 let exact = crate::head::ExactHead {

@@ -21,6 +21,8 @@ pub struct Session {
     pub(super) ssm: Vec<Vec<f32>>,
     /// How many of the best logits the sampler reading this session uses (0 = all of them).
     pub(super) reads_top: usize,
+    /// The only tokens its next logits row may rank (a grammar's mask, a bit per token).
+    pub(super) allowed: Option<std::sync::Arc<[u32]>>,
 }
 
 impl Session {
@@ -35,6 +37,7 @@ impl Session {
             conv: Vec::new(),
             ssm: Vec::new(),
             reads_top: 0,
+            allowed: None,
         }
     }
 
@@ -45,6 +48,13 @@ impl Session {
     /// the choice is per row, never by the other rows of a batch.
     pub fn read_top(&mut self, k: usize) {
         self.reads_top = k;
+    }
+
+    /// Restricts the next logits row to the tokens whose bits are set in `allowed` (a grammar's
+    /// mask; `None` lifts it): the head ranks only those, so a reader of the best few candidates
+    /// gets the best allowed ones, and every other logit is −∞.
+    pub fn allow_only(&mut self, allowed: Option<std::sync::Arc<[u32]>>) {
+        self.allowed = allowed;
     }
 
     /// Forgets everything after position `pos` (keeps a shared prompt prefix) and returns the

@@ -192,12 +192,7 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
                 m.prefix_hits.inc();
                 m.prefix_tokens.inc_by(reused as u64);
             }
-            // A grammar may allow only tokens outside the best few: its rows read every logit.
-            session.read_top(if job.req.constraint.is_some() {
-                0
-            } else {
-                job.req.sampler.reads_top()
-            });
+            session.read_top(job.req.sampler.reads_top());
             let dec = Decoder::new(&job.ids, &job.req);
             active.push(Seq {
                 job,
@@ -333,6 +328,7 @@ fn iterate(
 ) -> Vec<usize> {
     let mut rows: Vec<(usize, u32)> = Vec::new();
     let mut want: Vec<(usize, usize)> = Vec::new(); // (row, sequence)
+    let mut failed = Vec::new();
     for (i, s) in active.iter().enumerate() {
         if let Some(t) = s.next {
             want.push((rows.len(), i));
@@ -356,6 +352,18 @@ fn iterate(
         }
         prefill.push((i, take));
         budget -= take;
+    }
+    // A grammar's mask goes to the head with the row it restricts.
+    for &(_, i) in &want {
+        let s = &mut active[i];
+        match s.dec.allowed() {
+            Ok(a) => s.session.allow_only(a),
+            Err(e) => {
+                let _ = s.job.events.send(Event::Failed(e.to_string()));
+                m.finish("error");
+                failed.push(i);
+            }
+        }
     }
     m.batch_rows.observe(rows.len() as f64);
     shape.rows = rows.len();
@@ -408,7 +416,9 @@ fn iterate(
     let mut chunks: Vec<Option<&mut [f32]>> = logits.chunks_mut(vocab).map(Some).collect();
     let mut targets = Vec::with_capacity(want.len());
     for (i, s) in active.iter_mut().enumerate() {
-        if let Some(l) = rows_of[i].and_then(|k| chunks[k].take()) {
+        if let Some(l) = rows_of[i].and_then(|k| chunks[k].take())
+            && !failed.contains(&i)
+        {
             targets.push((i, s, l));
         }
     }
@@ -419,7 +429,7 @@ fn iterate(
             (i, s.dec.step(&engine.model, &engine.text, l, room))
         })
         .collect();
-    let mut done = Vec::new();
+    let mut done = failed;
     for (i, st) in steps {
         let s = &mut active[i];
         let st = match st {
