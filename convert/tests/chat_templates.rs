@@ -21,6 +21,7 @@ fn m(role: &str, content: &str) -> Message {
     Message {
         role: role.into(),
         content: content.into(),
+        ..Default::default()
     }
 }
 

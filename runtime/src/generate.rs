@@ -16,6 +16,8 @@ pub enum Prompt {
     Text(String),
     /// Messages through the chat template.
     Chat(Vec<Message>),
+    /// Messages through the chat template, with these tools (OpenAI's `tools` entries).
+    ChatWithTools(Vec<Message>, Vec<serde_json::Value>),
     /// Token ids as given (no BOS added).
     Tokens(Vec<u32>),
 }
@@ -34,6 +36,8 @@ pub struct Request {
     /// A grammar the answer must follow (structured outputs, forced tool calls): it masks the
     /// logits before each token is sampled and ends the answer when its text is complete.
     pub constraint: Option<Constraint>,
+    /// Keep special tokens in the text (a tool call's tags may be special tokens).
+    pub keep_special: bool,
 }
 
 /// Why generation ended.
@@ -100,6 +104,7 @@ pub fn prompt_ids(model: &Model, text: &Text, p: &Prompt) -> Result<Vec<u32>> {
             Ok(ids)
         }
         Prompt::Chat(m) => text.encode_chat(m),
+        Prompt::ChatWithTools(m, tools) => text.encode_chat_with(m, tools),
         Prompt::Tokens(ids) => match ids.iter().find(|&&t| t as usize >= model.spec.vocab) {
             Some(t) => Err(Error::Request {
                 field: "prompt",
@@ -164,6 +169,7 @@ pub struct Decoder {
     max_tokens: usize,
     stop: Vec<String>,
     constraint: Option<Constraint>,
+    keep_special: bool,
 }
 
 impl Decoder {
@@ -178,6 +184,7 @@ impl Decoder {
             max_tokens: req.max_tokens,
             stop: req.stop.clone(),
             constraint: req.constraint.clone(),
+            keep_special: req.keep_special,
         }
     }
 
@@ -228,7 +235,11 @@ impl Decoder {
         };
         self.out.push(next);
         self.seen.push(next);
-        self.full = text.decode(&self.out)?;
+        self.full = if self.keep_special {
+            text.decode_keeping_special(&self.out)?
+        } else {
+            text.decode(&self.out)?
+        };
         if complete {
             return Ok(self.finish(Some(next), Finish::Stop));
         }

@@ -23,6 +23,7 @@ pub mod sample;
 pub mod server;
 pub mod spec;
 pub mod text;
+pub mod tools;
 
 pub use error::{Error, Result};
 pub use model::{Model, Session};

@@ -12,12 +12,22 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 
 /// One chat message.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     /// The text.
     pub content: String,
+    /// An assistant's tool calls, OpenAI's shape (`[{"id", "type", "function": {"name",
+    /// "arguments"}}]`, arguments as a JSON object), as templates read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// A tool result's call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A tool result's function name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Tokenizer plus chat template.
@@ -140,6 +150,13 @@ impl Text {
             .map_err(|e| Error::Text(format!("detokenize: {e}")))
     }
 
+    /// Text of `ids` with special tokens written out (tool-call tags that are special tokens).
+    pub fn decode_keeping_special(&self, ids: &[u32]) -> Result<String> {
+        self.tokenizer()
+            .decode(ids, false)
+            .map_err(|e| Error::Text(format!("detokenize: {e}")))
+    }
+
     /// The text of one token as the vocabulary spells it.
     pub fn token_text(&self, id: u32) -> Option<String> {
         self.tokenizer().id_to_token(id)
@@ -155,9 +172,19 @@ impl Text {
     /// That is how `tokenizers` itself reads a text: it cuts at special tokens and normalizes
     /// and pre-tokenizes each piece on its own.
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        self.encode_chat_with(messages, &[])
+    }
+
+    /// [`Text::encode_chat`] with `tools` (OpenAI's `tools` entries) rendered by the template, as
+    /// transformers' `apply_chat_template(tools=…)` renders them.
+    pub fn encode_chat_with(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+    ) -> Result<Vec<u32>> {
         let finder = match &self.finder {
             Some(f) if !self.parse_special && messages.iter().any(|m| f.is_match(&m.content)) => f,
-            _ => return self.encode(&self.render_chat(messages)?, false),
+            _ => return self.encode(&self.render_chat_with(messages, tools)?, false),
         };
         let n = self.specials.len() as u32;
         let used = |lo: u32| {
@@ -189,12 +216,12 @@ impl Text {
                 }
                 out.push_str(&m.content[last..]);
                 Message {
-                    role: m.role.clone(),
                     content: out,
+                    ..m.clone()
                 }
             })
             .collect();
-        let rendered = self.render_chat(&defanged)?;
+        let rendered = self.render_chat_with(&defanged, tools)?;
         let restore = |piece: &str| -> String {
             let mut out = String::with_capacity(piece.len());
             for c in piece.chars() {
@@ -223,6 +250,27 @@ impl Text {
 
     /// Renders the chat template over `messages`, ending with the assistant's turn prompt.
     pub fn render_chat(&self, messages: &[Message]) -> Result<String> {
+        self.render_chat_with(messages, &[])
+    }
+
+    /// Whether the chat template renders `tools` (it names the variable).
+    pub fn template_takes_tools(&self) -> bool {
+        self.template
+            .as_deref()
+            .is_some_and(|t| t.contains("tools"))
+    }
+
+    /// The chat template's text, if any.
+    pub fn template(&self) -> Option<&str> {
+        self.template.as_deref()
+    }
+
+    /// [`Text::render_chat`] with `tools` (none: the template sees `tools` undefined).
+    pub fn render_chat_with(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+    ) -> Result<String> {
         let t = self.template.as_deref().ok_or_else(|| {
             Error::Text("this pack has no chat template; use a plain prompt".into())
         })?;
@@ -247,18 +295,11 @@ impl Text {
         let tpl = env
             .get_template("chat")
             .map_err(|e| Error::Text(format!("chat template: {e}")))?;
+        let tools =
+            (!tools.is_empty()).then(|| minijinja::Value::from(minijinja::value::Serde(tools)));
         tpl.render(minijinja::context! {
-            messages => minijinja::Value::from(
-                messages
-                    .iter()
-                    .map(|m| {
-                        minijinja::Value::from(std::collections::BTreeMap::from([
-                            ("role".to_string(), minijinja::Value::from(m.role.clone())),
-                            ("content".to_string(), minijinja::Value::from(m.content.clone())),
-                        ]))
-                    })
-                    .collect::<Vec<_>>(),
-            ),
+            messages => minijinja::Value::from(minijinja::value::Serde(messages)),
+            tools => tools,
             add_generation_prompt => true,
             bos_token => self.bos.clone().unwrap_or_default(),
             eos_token => self.eos.clone().unwrap_or_default(),
@@ -315,6 +356,7 @@ mod tests {
         Message {
             role: "user".into(),
             content: s.into(),
+            ..Default::default()
         }
     }
 

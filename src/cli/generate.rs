@@ -223,11 +223,13 @@ pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
             m.push(Message {
                 role: "system".into(),
                 content: s.clone(),
+                ..Default::default()
             });
         }
         m.push(Message {
             role: "user".into(),
             content: text_prompt,
+            ..Default::default()
         });
         Prompt::Chat(m)
     } else if let Some(ids) = ids {
@@ -241,6 +243,7 @@ pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
         sampler: sampler.clone(),
         stop: a.sample.stop.clone(),
         constraint: None,
+        keep_special: false,
     };
     let mut session = model.session(a.sample.ctx(&model)?);
     let stream = !g.json;
@@ -311,6 +314,7 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
         messages.push(Message {
             role: "system".into(),
             content: s.clone(),
+            ..Default::default()
         });
     }
     let mut session = model.session(a.sample.ctx(&model)?);
@@ -333,6 +337,7 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
         messages.push(Message {
             role: "user".into(),
             content: line.to_string(),
+            ..Default::default()
         });
         let req = Request {
             prompt: Prompt::Chat(messages.clone()),
@@ -340,6 +345,7 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
             sampler: sampler.clone(),
             stop: a.sample.stop.clone(),
             constraint: None,
+            keep_special: false,
         };
         let mut stdout = std::io::stdout();
         let out = generate(&model, &text, &mut session, &req, |piece| {
@@ -359,6 +365,7 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
         messages.push(Message {
             role: "assistant".into(),
             content: out.text,
+            ..Default::default()
         });
     }
     Ok(ExitCode::SUCCESS)

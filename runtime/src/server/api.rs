@@ -98,6 +98,8 @@ pub struct Parsed {
     pub include_usage: bool,
     /// `response_format`: the grammar the answer must follow.
     pub format: Option<crate::grammar::Spec>,
+    /// The tools offered, when the model may call them.
+    pub tools: Option<super::tools::ToolRequest>,
 }
 
 /// Parses a body as JSON, saying where it broke.
@@ -404,6 +406,7 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
         stream,
         include_usage,
         format: super::structured::response_format(b)?,
+        tools: None,
     })
 }
 
@@ -438,16 +441,17 @@ pub fn chat(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
             "system" | "developer" => "system",
             "user" => "user",
             "assistant" => "assistant",
+            "tool" => "tool",
             other => {
                 return Err(ApiError::bad(
                     format!("messages[{i}].role"),
-                    format!("unknown role '{other}' (system, developer, user or assistant)"),
+                    format!("unknown role '{other}' (system, developer, user, assistant or tool)"),
                 ));
             }
         };
         let content = match m.get("content") {
             Some(Value::String(s)) => s.clone(),
-            None | Some(Value::Null) if role == "assistant" => String::new(),
+            None | Some(Value::Null) if role == "assistant" || role == "tool" => String::new(),
             Some(Value::Array(parts)) => {
                 let mut s = String::new();
                 for (j, p) in parts.iter().enumerate() {
@@ -470,17 +474,29 @@ pub fn chat(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
                 ));
             }
         };
+        let text_of = |f: &str| m.get(f).and_then(Value::as_str).map(str::to_string);
         out.push(Message {
             role: role.to_string(),
             content,
+            tool_calls: if role == "assistant" {
+                super::tools::message_tool_calls(i, m)?
+            } else {
+                None
+            },
+            tool_call_id: text_of("tool_call_id").filter(|_| role == "tool"),
+            name: text_of("name").filter(|_| role == "tool"),
         });
     }
-    unsupported(b, "tools", |v| v.as_array().is_some_and(|a| a.is_empty()))?;
     unsupported(b, "logprobs", |v| v == &Value::Bool(false))?;
     unsupported(b, "top_logprobs", |v| v.as_i64() == Some(0))?;
-    unsupported(b, "tool_choice", |v| v.as_str() == Some("none"))?;
-    unsupported(b, "parallel_tool_calls", |v| v.is_boolean())?;
-    common(b, Prompt::Chat(out))
+    let tools = super::tools::tool_request(b)?;
+    let prompt = match &tools {
+        Some(t) => Prompt::ChatWithTools(out, t.raw.clone()),
+        None => Prompt::Chat(out),
+    };
+    let mut parsed = common(b, prompt)?;
+    parsed.tools = tools;
+    Ok(parsed)
 }
 
 /// A `/v1/completions` body.

@@ -16,6 +16,7 @@ pub mod scheduler;
 #[cfg(test)]
 mod scheduler_tests;
 mod structured;
+mod tools;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -276,23 +277,25 @@ impl Server {
             });
         }
         let ctx = ready.limits.ctx;
+        let calls = tool_plan(&ready.engine, &parsed)?;
         let req = GenRequest {
             prompt: parsed.prompt.clone(),
             max_tokens: 0,
             sampler: parsed.sampler.clone(),
             stop: parsed.stop.clone(),
             constraint: None,
+            keep_special: calls.is_some(),
         };
         let engine = ready.engine.clone();
-        let format = parsed.format.clone();
+        let grammar = match (&parsed.format, &calls) {
+            (Some(spec), _) => Some((spec.clone(), "response_format")),
+            (None, Some(plan)) => plan.forced.clone().map(|g| (g, "tool_choice")),
+            (None, None) => None,
+        };
         let ids = tokio::task::spawn_blocking(move || {
             let mut req = req;
-            if let Some(spec) = &format {
-                req.constraint = Some(engine.grammars.compile(
-                    &engine.text,
-                    spec,
-                    "response_format",
-                )?);
+            if let Some((spec, field)) = &grammar {
+                req.constraint = Some(engine.grammars.compile(&engine.text, spec, field)?);
             }
             checked_prompt(&engine.model, &engine.text, &req, ctx).map(|ids| (ids, req))
         })
@@ -364,6 +367,7 @@ impl Server {
             arrived,
             prompt_tokens,
             summary: None,
+            calls: calls.map(|p| (p.format, p.tools)),
         };
         if parsed.stream {
             Ok(reply.stream(rx, &parsed))
@@ -371,6 +375,54 @@ impl Server {
             reply.whole(rx).await
         }
     }
+}
+
+/// How a request's tool calls are read and, when forced, held to their grammar.
+struct ToolPlan {
+    format: crate::tools::Format,
+    tools: Vec<crate::tools::Tool>,
+    forced: Option<crate::grammar::Spec>,
+}
+
+/// The plan for `parsed`'s tools: the format from the model's template (refused by name when the
+/// template renders none), and for `required` or a named function the grammar of a call.
+fn tool_plan(engine: &Engine, parsed: &api::Parsed) -> Result<Option<ToolPlan>, ApiError> {
+    use tools::Choice;
+    let Some(t) = parsed.tools.as_ref().filter(|t| t.choice != Choice::None) else {
+        return Ok(None);
+    };
+    let format = engine
+        .text
+        .template()
+        .and_then(crate::tools::Format::detect)
+        .ok_or_else(|| {
+            ApiError::bad(
+                "tools",
+                "this model's chat template renders no tool calls in a format this server reads \
+                 (Hermes, Qwen XML, Hunyuan, LFM2, Llama 3, Mistral); call without tools",
+            )
+        })?;
+    let offered: Vec<crate::tools::Tool> = match &t.choice {
+        Choice::Named(n) => t.tools.iter().filter(|x| &x.name == n).cloned().collect(),
+        _ => t.tools.clone(),
+    };
+    let forced = match t.choice {
+        Choice::Auto | Choice::None => None,
+        _ if parsed.format.is_some() => {
+            return Err(ApiError::bad(
+                "tool_choice",
+                "a forced tool call and a response_format cannot both hold the answer",
+            ));
+        }
+        _ => Some(crate::grammar::Spec::Lark(crate::tools::forced_grammar(
+            format, &offered, t.parallel,
+        ))),
+    };
+    Ok(Some(ToolPlan {
+        format,
+        tools: t.tools.clone(),
+        forced,
+    }))
 }
 
 async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<u8>, ApiError> {

@@ -12,6 +12,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::api::{self, ApiError, Parsed};
 use super::scheduler::{Event, Summary};
+use crate::tools::{Call, Format, Tool, call_start, parse_calls};
 
 /// Which completion route a reply answers.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -42,6 +43,8 @@ pub(super) struct Reply {
     pub arrived: Instant,
     pub prompt_tokens: usize,
     pub summary: Option<Summary>,
+    /// With tools: the format the answer's calls are read in, and the tools offered.
+    pub calls: Option<(Format, Vec<Tool>)>,
 }
 
 impl Drop for Reply {
@@ -123,6 +126,27 @@ impl Reply {
         self.choice(text, finish, true)
     }
 
+    /// OpenAI's `tool_calls` entries for `calls` (with `index` in a stream).
+    fn tool_calls(&self, calls: &[Call], streamed: bool) -> Value {
+        Value::Array(
+            calls
+                .iter()
+                .enumerate()
+                .map(|(k, c)| {
+                    let mut v = json!({
+                        "id": format!("call_{}_{k}", self.id),
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    });
+                    if streamed {
+                        v["index"] = json!(k);
+                    }
+                    v
+                })
+                .collect(),
+        )
+    }
+
     pub async fn whole(mut self, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
         let mut text = String::new();
         loop {
@@ -132,7 +156,19 @@ impl Reply {
                     self.summary = Some(s);
                     let finish = Some(api::finish_reason(s.finish));
                     let usage = api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
-                    let body = self.envelope(self.choice(&text, finish, false), Some(usage), false);
+                    let mut choice = self.choice(&text, finish, false);
+                    if let Some((format, tools)) = &self.calls {
+                        let out = parse_calls(*format, &text, tools);
+                        if !out.calls.is_empty() {
+                            let content = (!out.content.is_empty()).then_some(out.content);
+                            choice["message"] = json!({"role": "assistant", "content": content,
+                                "tool_calls": self.tool_calls(&out.calls, false)});
+                            if s.finish == crate::generate::Finish::Stop {
+                                choice["finish_reason"] = json!("tool_calls");
+                            }
+                        }
+                    }
+                    let body = self.envelope(choice, Some(usage), false);
                     return Ok(axum::Json(body).into_response());
                 }
                 Some(Event::Failed(e)) => {
@@ -166,27 +202,59 @@ impl Reply {
                 .to_string(),
             );
         }
-        let state = (self, rx, std::collections::VecDeque::from(first), false);
+        // With tools, the answer so far and how much of it went out: text from where a call may
+        // begin is held until the call is read (or turns out to be text).
+        let state = (
+            self,
+            rx,
+            std::collections::VecDeque::from(first),
+            false,
+            Held::default(),
+        );
         let events = futures::stream::unfold(
             state,
-            move |(mut reply, mut rx, mut pending, mut ended)| async move {
+            move |(mut reply, mut rx, mut pending, mut ended, mut held)| async move {
                 loop {
                     if let Some(data) = pending.pop_front() {
                         let ev = SseEvent::default().data(data);
-                        return Some((Ok::<_, Infallible>(ev), (reply, rx, pending, ended)));
+                        let state = (reply, rx, pending, ended, held);
+                        return Some((Ok::<_, Infallible>(ev), state));
                     }
                     if ended {
                         return None;
                     }
                     match rx.recv().await {
                         Some(Event::Text(t)) => {
-                            pending.push_back(reply.chunk(reply.delta(&t, None), None).to_string())
+                            let out = match &reply.calls {
+                                Some((format, _)) => held.push(*format, &t),
+                                None => t,
+                            };
+                            if !out.is_empty() {
+                                let c = reply.chunk(reply.delta(&out, None), None);
+                                pending.push_back(c.to_string());
+                            }
                         }
                         Some(Event::Done(s)) => {
                             reply.summary = Some(s);
                             let usage =
                                 api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
-                            let fin = api::finish_reason(s.finish);
+                            let mut fin = api::finish_reason(s.finish);
+                            if let Some((format, tools)) = &reply.calls {
+                                let (rest, calls) = held.finish(*format, tools);
+                                if !rest.is_empty() {
+                                    let c = reply.chunk(reply.delta(&rest, None), None);
+                                    pending.push_back(c.to_string());
+                                }
+                                if !calls.is_empty() {
+                                    if s.finish == crate::generate::Finish::Stop {
+                                        fin = "tool_calls";
+                                    }
+                                    let choice = json!({"index": 0,
+                                        "delta": {"tool_calls": reply.tool_calls(&calls, true)},
+                                        "logprobs": null, "finish_reason": null});
+                                    pending.push_back(reply.chunk(choice, None).to_string());
+                                }
+                            }
                             let last = reply.chunk(reply.delta("", Some(fin)), Some(usage.clone()));
                             pending.push_back(last.to_string());
                             if include_usage {
@@ -211,5 +279,38 @@ impl Reply {
         Sse::new(events)
             .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
             .into_response()
+    }
+}
+
+/// A tool request's streamed answer: all text so far, and how much of it went out as content.
+#[derive(Default)]
+struct Held {
+    all: String,
+    sent: usize,
+}
+
+impl Held {
+    /// Adds `piece`; returns the content that can go out now, everything before where a call
+    /// may begin.
+    fn push(&mut self, format: Format, piece: &str) -> String {
+        self.all.push_str(piece);
+        let safe = call_start(format, &self.all)
+            .unwrap_or(self.all.len())
+            .max(self.sent);
+        let out = self.all[self.sent..safe].to_string();
+        self.sent = safe;
+        out
+    }
+
+    /// At the end: the content not sent yet, and the calls the answer holds.
+    fn finish(&self, format: Format, tools: &[Tool]) -> (String, Vec<Call>) {
+        let out = parse_calls(format, &self.all, tools);
+        if out.calls.is_empty() {
+            return (self.all[self.sent..].to_string(), Vec::new());
+        }
+        let at = call_start(format, &self.all)
+            .unwrap_or(self.sent)
+            .max(self.sent);
+        (self.all[self.sent..at].trim_end().to_string(), out.calls)
     }
 }

@@ -146,6 +146,7 @@ fn draw_request(rng: &mut Rng, batch: usize, earlier: &[Vec<u32>]) -> Drawn {
             sampler,
             stop: Vec::new(),
             constraint: None,
+            keep_special: false,
         },
         client,
     }
@@ -335,6 +336,7 @@ fn a_panic_in_the_model_fails_the_batch_is_counted_and_the_server_goes_on() {
                 sampler: SamplerConfig::default(),
                 stop: Vec::new(),
                 constraint: None,
+                keep_special: false,
             },
             events: tx,
             arrived: Instant::now(),

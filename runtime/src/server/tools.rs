@@ -1,0 +1,209 @@
+//! `tools`, `tool_choice` and `parallel_tool_calls` on `/v1/chat/completions`, and the message
+//! fields a tool conversation carries (an assistant's `tool_calls`, a `tool` message's
+//! `tool_call_id`). What the model does with them is in [`crate::tools`].
+
+use serde_json::{Map, Value};
+
+use super::api::ApiError;
+use crate::tools::Tool;
+
+/// How the model may call the tools.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// It decides (`auto`, the default): its answer is read for calls.
+    Auto,
+    /// It answers in text (`none`): the tools are still rendered (the conversation may hold
+    /// earlier calls to them), and the answer is not read for calls.
+    None,
+    /// It must call one or more (`required`): the answer is held to the call grammar.
+    Required,
+    /// It must call this function.
+    Named(String),
+}
+
+/// The tools a request offers and how they may be called.
+#[derive(Clone, Debug)]
+pub struct ToolRequest {
+    /// The functions, as the model's template renders them (OpenAI's `tools` entries).
+    pub raw: Vec<Value>,
+    /// Their names and parameter schemas.
+    pub tools: Vec<Tool>,
+    /// `tool_choice`.
+    pub choice: Choice,
+    /// `parallel_tool_calls` (default true): more than one call in one answer.
+    pub parallel: bool,
+}
+
+/// The request's tools; `None` without tools.
+pub fn tool_request(b: &Map<String, Value>) -> Result<Option<ToolRequest>, ApiError> {
+    let list = match b.get("tools") {
+        None | Some(Value::Null) => &Vec::new(),
+        Some(Value::Array(a)) => a,
+        Some(v) => {
+            return Err(ApiError::bad(
+                "tools",
+                format!("'tools' must be an array, got {v}"),
+            ));
+        }
+    };
+    let mut tools = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        let field = format!("tools[{i}]");
+        if t.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(ApiError::bad(
+                format!("{field}.type"),
+                "only tools of type 'function' are supported",
+            ));
+        }
+        let f = t
+            .get("function")
+            .and_then(Value::as_object)
+            .ok_or_else(|| {
+                ApiError::bad(
+                    format!("{field}.function"),
+                    "each tool needs a 'function' object",
+                )
+            })?;
+        let name = f
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| {
+                !n.is_empty()
+                    && n.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+            })
+            .ok_or_else(|| {
+                ApiError::bad(
+                    format!("{field}.function.name"),
+                    "a function needs a name of letters, digits, '_', '-' or '.'",
+                )
+            })?;
+        if tools.iter().any(|t: &Tool| t.name == name) {
+            return Err(ApiError::bad(
+                format!("{field}.function.name"),
+                format!("two tools are named '{name}'"),
+            ));
+        }
+        let parameters = match f.get("parameters") {
+            None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
+            Some(p @ Value::Object(_)) => p.clone(),
+            Some(p) => {
+                return Err(ApiError::bad(
+                    format!("{field}.function.parameters"),
+                    format!("'parameters' must be a JSON schema object, got {p}"),
+                ));
+            }
+        };
+        tools.push(Tool {
+            name: name.to_string(),
+            parameters,
+        });
+    }
+    let choice = match b.get("tool_choice") {
+        None | Some(Value::Null) => Choice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => Choice::Auto,
+            "none" => Choice::None,
+            "required" => Choice::Required,
+            other => {
+                return Err(ApiError::bad(
+                    "tool_choice",
+                    format!("unknown tool_choice '{other}' (auto, none, required, or a function)"),
+                ));
+            }
+        },
+        Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
+            Some(n) if v.get("type").and_then(Value::as_str) == Some("function") => {
+                Choice::Named(n.to_string())
+            }
+            _ => {
+                return Err(ApiError::bad(
+                    "tool_choice",
+                    format!(
+                        "tool_choice must be auto, none, required or {{\"type\": \"function\", \"function\": {{\"name\": …}}}}, got {v}"
+                    ),
+                ));
+            }
+        },
+    };
+    if let Choice::Named(n) = &choice
+        && !tools.iter().any(|t| &t.name == n)
+    {
+        return Err(ApiError::bad(
+            "tool_choice",
+            format!("tool_choice names '{n}', which is not among the tools"),
+        ));
+    }
+    let parallel = match b.get("parallel_tool_calls") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(p)) => *p,
+        Some(v) => {
+            return Err(ApiError::bad(
+                "parallel_tool_calls",
+                format!("'parallel_tool_calls' must be a boolean, got {v}"),
+            ));
+        }
+    };
+    if tools.is_empty() {
+        return match choice {
+            Choice::Auto | Choice::None => Ok(None),
+            _ => Err(ApiError::bad(
+                "tool_choice",
+                "tool_choice asks for a call, but no tools were given",
+            )),
+        };
+    }
+    Ok(Some(ToolRequest {
+        raw: list.clone(),
+        tools,
+        choice,
+        parallel,
+    }))
+}
+
+/// An assistant message's `tool_calls`, each function's `arguments` read from its JSON text into
+/// an object (templates write them with `tojson`, as transformers expects).
+pub fn message_tool_calls(i: usize, m: &Value) -> Result<Option<Value>, ApiError> {
+    let calls = match m.get("tool_calls") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(a)) => a,
+        Some(v) => {
+            return Err(ApiError::bad(
+                format!("messages[{i}].tool_calls"),
+                format!("'tool_calls' must be an array, got {v}"),
+            ));
+        }
+    };
+    let mut out = Vec::with_capacity(calls.len());
+    for (j, c) in calls.iter().enumerate() {
+        let field = format!("messages[{i}].tool_calls[{j}]");
+        let name = c.pointer("/function/name").and_then(Value::as_str);
+        let args = match c.pointer("/function/arguments") {
+            Some(Value::String(s)) => serde_json::from_str::<Value>(s).map_err(|e| {
+                ApiError::bad(
+                    format!("{field}.function.arguments"),
+                    format!("the arguments are not JSON: {e}"),
+                )
+            })?,
+            Some(v @ Value::Object(_)) => v.clone(),
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(v) => {
+                return Err(ApiError::bad(
+                    format!("{field}.function.arguments"),
+                    format!("'arguments' must be a JSON string, got {v}"),
+                ));
+            }
+        };
+        let Some(name) = name else {
+            return Err(ApiError::bad(
+                format!("{field}.function.name"),
+                "each tool call needs a function name",
+            ));
+        };
+        let mut c = c.clone();
+        c["type"] = Value::from("function");
+        c["function"] = serde_json::json!({"name": name, "arguments": args});
+        out.push(c);
+    }
+    Ok(Some(Value::Array(out)))
+}

@@ -1,0 +1,116 @@
+//! The grammar of a forced tool call (`tool_choice: "required"` or a named function): the
+//! format's own wrapping around each offered function's name and an arguments object that
+//! matches its parameter schema, as a Lark grammar for [`crate::grammar`]. The answer is then
+//! always a call that parses, to a function that exists, with arguments of the right shape.
+//!
+//! Arguments are JSON in every format but two: Qwen's XML writes each parameter as its own
+//! element (strings bare, on one line; other types as JSON), and LFM2's forced calls are written
+//! as a JSON list inside its call tags, which its reader accepts beside Python-style calls.
+
+use serde_json::{Value, json};
+
+use super::{Format, Tool};
+use crate::grammar::json_layout;
+
+/// A Lark grammar for one call (or, with `parallel`, one or more) to any of `tools` in `format`.
+pub fn forced_grammar(format: Format, tools: &[Tool], parallel: bool) -> String {
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let args = |t: &Tool| {
+        let mut schema = match &t.parameters {
+            Value::Object(o) if !o.is_empty() => t.parameters.clone(),
+            _ => json!({"type": "object"}),
+        };
+        if let Value::Object(o) = &mut schema {
+            o.insert("x-guidance".into(), json_layout());
+        }
+        format!("%json {schema}")
+    };
+    let mut rules = Vec::new();
+    let alts: Vec<String> = tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let body = match format {
+                Format::Hermes => format!(
+                    "{} {} {}",
+                    q(&format!(
+                        "<tool_call>\n{{\"name\": {}, \"arguments\": ",
+                        q(&t.name)
+                    )),
+                    args(t),
+                    q("}\n</tool_call>")
+                ),
+                Format::QwenXml => {
+                    let mut s = q(&format!("<tool_call>\n<function={}>\n", t.name));
+                    let props = t.parameters["properties"].as_object();
+                    let required: Vec<&str> = t.parameters["required"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    for (k, p) in props.into_iter().flatten() {
+                        let value = if p["type"] == "string" {
+                            "/[^<\\n]*/".to_string()
+                        } else {
+                            let mut p = p.clone();
+                            if let Value::Object(o) = &mut p {
+                                o.insert("x-guidance".into(), json_layout());
+                            }
+                            format!("%json {p}")
+                        };
+                        let one = format!(
+                            "{} {value} {}",
+                            q(&format!("<parameter={k}>\n")),
+                            q("\n</parameter>\n")
+                        );
+                        if required.contains(&k.as_str()) {
+                            s.push_str(&format!(" {one}"));
+                        } else {
+                            s.push_str(&format!(" ({one})?"));
+                        }
+                    }
+                    s.push_str(&format!(" {}", q("</function>\n</tool_call>")));
+                    s
+                }
+                Format::Hunyuan => format!(
+                    "{} {} {}",
+                    q(&format!("<tool_call>{}\n```json\n", t.name)),
+                    args(t),
+                    q("\n```</tool_call>")
+                ),
+                Format::Lfm2 | Format::Mistral => format!(
+                    "{} {} {}",
+                    q(&format!("{{\"name\": {}, \"arguments\": ", q(&t.name))),
+                    args(t),
+                    q("}")
+                ),
+                Format::Llama3 => format!(
+                    "{} {} {}",
+                    q(&format!("{{\"name\": {}, \"parameters\": ", q(&t.name))),
+                    args(t),
+                    q("}")
+                ),
+            };
+            rules.push(format!("call_{i}: {body}"));
+            format!("call_{i}")
+        })
+        .collect();
+    let (open, sep, close) = match format {
+        Format::Hermes | Format::QwenXml => ("", "\n", ""),
+        Format::Hunyuan => ("<tool_calls>", "", "</tool_calls>"),
+        Format::Lfm2 => ("<|tool_call_start|>[", ", ", "]<|tool_call_end|>"),
+        Format::Mistral => ("[TOOL_CALLS][", ", ", "]"),
+        Format::Llama3 => ("", "; ", ""),
+    };
+    let more = if parallel {
+        format!(" ({} call)*", q(sep))
+    } else {
+        String::new()
+    };
+    let mut g = format!("start: {} call{more} {}\n", q(open), q(close));
+    g.push_str(&format!("call: {}\n", alts.join(" | ")));
+    for r in rules {
+        g.push_str(&r);
+        g.push('\n');
+    }
+    g
+}
