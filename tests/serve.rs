@@ -242,7 +242,10 @@ fn routes_answer_in_openai_shapes_and_streams_match_whole_replies() {
     );
     // The same prompt again reads its prefix from the cache; the counts are the same.
     assert_eq!(counts(&last["usage"]), counts(&a["usage"]));
-    assert_eq!(last["usage"]["prompt_tokens_details"]["cached_tokens"], p - 1);
+    assert_eq!(
+        last["usage"]["prompt_tokens_details"]["cached_tokens"],
+        p - 1
+    );
 
     // Chat through the pack's template: the prompt is the rendered conversation.
     let chat = json!({"model": id, "messages": [{"role": "system", "content": "be brief"},

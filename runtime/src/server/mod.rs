@@ -7,6 +7,7 @@
 //! and answers `/health` before the model is loaded, so a supervisor can watch it come up.
 
 pub mod api;
+mod error;
 #[cfg(test)]
 mod fuzz_tests;
 pub mod metrics;
@@ -277,7 +278,11 @@ impl Server {
             });
         }
         let ctx = ready.limits.ctx;
-        let calls = tool_plan(&ready.engine, &parsed)?;
+        let calls = tools::tool_plan(
+            &ready.engine.text,
+            parsed.tools.as_ref(),
+            parsed.format.is_some(),
+        )?;
         let req = GenRequest {
             prompt: parsed.prompt.clone(),
             max_tokens: 0,
@@ -287,11 +292,7 @@ impl Server {
             keep_special: calls.is_some(),
         };
         let engine = ready.engine.clone();
-        let grammar = match (&parsed.format, &calls) {
-            (Some(spec), _) => Some((spec.clone(), "response_format")),
-            (None, Some(plan)) => plan.forced.clone().map(|g| (g, "tool_choice")),
-            (None, None) => None,
-        };
+        let grammar = tools::grammar_of(parsed.format.as_ref(), calls.as_ref());
         let ids = tokio::task::spawn_blocking(move || {
             let mut req = req;
             if let Some((spec, field)) = &grammar {
@@ -375,54 +376,6 @@ impl Server {
             reply.whole(rx).await
         }
     }
-}
-
-/// How a request's tool calls are read and, when forced, held to their grammar.
-struct ToolPlan {
-    format: crate::tools::Format,
-    tools: Vec<crate::tools::Tool>,
-    forced: Option<crate::grammar::Spec>,
-}
-
-/// The plan for `parsed`'s tools: the format from the model's template (refused by name when the
-/// template renders none), and for `required` or a named function the grammar of a call.
-fn tool_plan(engine: &Engine, parsed: &api::Parsed) -> Result<Option<ToolPlan>, ApiError> {
-    use tools::Choice;
-    let Some(t) = parsed.tools.as_ref().filter(|t| t.choice != Choice::None) else {
-        return Ok(None);
-    };
-    let format = engine
-        .text
-        .template()
-        .and_then(crate::tools::Format::detect)
-        .ok_or_else(|| {
-            ApiError::bad(
-                "tools",
-                "this model's chat template renders no tool calls in a format this server reads \
-                 (Hermes, Qwen XML, Hunyuan, LFM2, Llama 3, Mistral); call without tools",
-            )
-        })?;
-    let offered: Vec<crate::tools::Tool> = match &t.choice {
-        Choice::Named(n) => t.tools.iter().filter(|x| &x.name == n).cloned().collect(),
-        _ => t.tools.clone(),
-    };
-    let forced = match t.choice {
-        Choice::Auto | Choice::None => None,
-        _ if parsed.format.is_some() => {
-            return Err(ApiError::bad(
-                "tool_choice",
-                "a forced tool call and a response_format cannot both hold the answer",
-            ));
-        }
-        _ => Some(crate::grammar::Spec::Lark(crate::tools::forced_grammar(
-            format, &offered, t.parallel,
-        ))),
-    };
-    Ok(Some(ToolPlan {
-        format,
-        tools: t.tools.clone(),
-        forced,
-    }))
 }
 
 async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<u8>, ApiError> {

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::api::ApiError;
+use super::error::ApiError;
 use crate::grammar::Spec;
 
 /// The grammar `response_format` asks for, if any.

@@ -4,7 +4,8 @@
 
 use serde_json::{Map, Value};
 
-use super::api::ApiError;
+use super::error::ApiError;
+use crate::text::Text;
 use crate::tools::Tool;
 
 /// How the model may call the tools.
@@ -206,4 +207,71 @@ pub fn message_tool_calls(i: usize, m: &Value) -> Result<Option<Value>, ApiError
         out.push(c);
     }
     Ok(Some(Value::Array(out)))
+}
+
+/// How a request's tool calls are read and, when forced, held to their grammar.
+pub struct ToolPlan {
+    /// The format calls are read in.
+    pub format: crate::tools::Format,
+    /// The tools offered.
+    pub tools: Vec<crate::tools::Tool>,
+    /// The grammar a forced call is held to.
+    pub forced: Option<crate::grammar::Spec>,
+}
+
+/// The plan for `parsed`'s tools: the format from the model's template (refused by name when the
+/// template renders none), and for `required` or a named function the grammar of a call.
+/// `format_too`: the request also has a `response_format`.
+pub fn tool_plan(
+    text: &Text,
+    tools: Option<&ToolRequest>,
+    format_too: bool,
+) -> Result<Option<ToolPlan>, ApiError> {
+    let Some(t) = tools.filter(|t| t.choice != Choice::None) else {
+        return Ok(None);
+    };
+    let format = text
+        .template()
+        .and_then(crate::tools::Format::detect)
+        .ok_or_else(|| {
+            ApiError::bad(
+                "tools",
+                "this model's chat template renders no tool calls in a format this server reads \
+                 (Hermes, Qwen XML, Hunyuan, LFM2, Llama 3, Mistral); call without tools",
+            )
+        })?;
+    let offered: Vec<crate::tools::Tool> = match &t.choice {
+        Choice::Named(n) => t.tools.iter().filter(|x| &x.name == n).cloned().collect(),
+        _ => t.tools.clone(),
+    };
+    let forced = match t.choice {
+        Choice::Auto | Choice::None => None,
+        _ if format_too => {
+            return Err(ApiError::bad(
+                "tool_choice",
+                "a forced tool call and a response_format cannot both hold the answer",
+            ));
+        }
+        _ => Some(crate::grammar::Spec::Lark(crate::tools::forced_grammar(
+            format, &offered, t.parallel,
+        ))),
+    };
+    Ok(Some(ToolPlan {
+        format,
+        tools: t.tools.clone(),
+        forced,
+    }))
+}
+
+/// The grammar a request's answer is held to, with the field it came from: its
+/// `response_format`, else a forced tool call's.
+pub fn grammar_of(
+    format: Option<&crate::grammar::Spec>,
+    plan: Option<&ToolPlan>,
+) -> Option<(crate::grammar::Spec, &'static str)> {
+    match (format, plan) {
+        (Some(spec), _) => Some((spec.clone(), "response_format")),
+        (None, Some(plan)) => plan.forced.clone().map(|g| (g, "tool_choice")),
+        (None, None) => None,
+    }
 }
