@@ -1,7 +1,8 @@
-"""Tool calls through the official `openai` Python client, against `onebit-pipe serve`: a
-forced call (`tool_choice: "required"`, whole and streamed), a named function, the tool's result
-sent back for the final answer, and the 400s for a missing function and for a chat template
-without tools. Prints one JSON line with what it saw; exits non-zero on the first failure.
+"""Tool calls and structured outputs through the official `openai` Python client, against
+`onebit-pipe serve`: a forced call (`tool_choice: "required"`, whole and streamed), a named
+function, the tool's result sent back for the final answer, the 400 for a missing function, and
+a pydantic model parsed from a `response_format` answer (`chat.completions.parse`). Prints one
+JSON line with what it saw; exits non-zero on the first failure.
 
 usage: openai_tools.py BASE_URL
 """
@@ -9,6 +10,7 @@ import json
 import sys
 
 import openai
+import pydantic
 
 base = sys.argv[1]
 client = openai.OpenAI(base_url=base, api_key="none", max_retries=0, timeout=600)
@@ -116,5 +118,18 @@ try:
 except openai.BadRequestError as e:
     assert e.body["param"] == "tool_choice", e.body
     seen["missing_function"] = e.body["message"]
+
+# Structured outputs the client's own way: a pydantic model as the response format.
+class Forecast(pydantic.BaseModel):
+    city: str = pydantic.Field(max_length=12)
+    days: int = pydantic.Field(ge=1, le=7)
+    sunny: bool
+
+
+p = client.chat.completions.parse(model=model, messages=msgs, response_format=Forecast,
+                                  max_tokens=200, temperature=0)
+f = p.choices[0].message.parsed
+assert isinstance(f, Forecast), p
+seen["parsed"] = f.model_dump()
 
 print(json.dumps(seen))

@@ -128,3 +128,84 @@ fn requests_parse_with_defaults_and_aliases() {
     assert!(matches!(p.prompt, Prompt::Tokens(ref t) if t == &[1, 2, 3]));
     assert_eq!(p.sampler.temperature, 1.0, "OpenAI's default temperature");
 }
+
+/// `tools`, `tool_choice`, tool messages and `response_format`: each wrong shape is refused under
+/// its own field.
+#[test]
+fn tool_and_format_refusals_name_the_field() {
+    let user = r#""messages":[{"role":"user","content":"x"}]"#;
+    let f = r#"{"type":"function","function":{"name":"f"}}"#;
+    let cases = [
+        (format!(r#"{{{user},"tools":{{}}}}"#), "tools"),
+        (
+            format!(r#"{{{user},"tools":[{{"type":"retrieval"}}]}}"#),
+            "tools[0].type",
+        ),
+        (
+            format!(r#"{{{user},"tools":[{{"type":"function","function":{{"name":"a b"}}}}]}}"#),
+            "tools[0].function.name",
+        ),
+        (format!(r#"{{{user},"tools":[{f},{f}]}}"#), "tools[1].function.name"),
+        (
+            format!(r#"{{{user},"tools":[{f}],"tool_choice":"sometimes"}}"#),
+            "tool_choice",
+        ),
+        (
+            format!(r#"{{{user},"tools":[{f}],"tool_choice":{{"type":"function","function":{{"name":"g"}}}}}}"#),
+            "tool_choice",
+        ),
+        (format!(r#"{{{user},"tool_choice":"required"}}"#), "tool_choice"),
+        (
+            format!(r#"{{{user},"tools":[{f}],"parallel_tool_calls":1}}"#),
+            "parallel_tool_calls",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{oops"}}]}]}"#.to_string(),
+            "messages[1].tool_calls[0].function.arguments",
+        ),
+        (
+            format!(r#"{{{user},"response_format":{{"type":"yaml"}}}}"#),
+            "response_format.type",
+        ),
+        (
+            format!(r#"{{{user},"response_format":{{"type":"json_schema","json_schema":{{"name":"x"}}}}}}"#),
+            "response_format.json_schema.schema",
+        ),
+        (format!(r#"{{{user},"response_format":"json"}}"#), "response_format"),
+    ];
+    for (b, field) in cases {
+        let e = chat(&body(&b)).expect_err(&b);
+        assert_eq!(e.param.as_deref(), Some(field), "{b}: {}", e.message);
+    }
+}
+
+/// A tool conversation parses into what the template renders: the assistant's call with its
+/// arguments as an object, the tool's result with its call id; `none` keeps the tools for the
+/// template and reads no calls.
+#[test]
+fn a_tool_conversation_parses_for_the_template() {
+    let b = body(
+        r#"{"messages":[{"role":"user","content":"w?"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+              "function":{"name":"f","arguments":"{\"a\": 1}"}}]},
+            {"role":"tool","tool_call_id":"c1","content":"sunny"}],
+          "tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"}"#,
+    );
+    let p = chat(&b).expect("parses");
+    let Prompt::ChatWithTools(m, tools) = &p.prompt else {
+        panic!("tools are rendered: {:?}", p.prompt);
+    };
+    assert_eq!(tools.len(), 1);
+    assert_eq!(
+        m[1].tool_calls
+            .as_ref()
+            .map(|c| c[0]["function"]["arguments"]["a"].clone()),
+        Some(json!(1))
+    );
+    assert_eq!(
+        (m[2].role.as_str(), m[2].tool_call_id.as_deref()),
+        ("tool", Some("c1"))
+    );
+    let t = p.tools.expect("tools");
+    assert_eq!(t.choice, super::super::tools::Choice::None);
+}

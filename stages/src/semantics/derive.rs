@@ -551,7 +551,11 @@ pub fn derive(config: &Value, side: &SideFiles<'_>) -> Result<Semantics, Refusal
     let mut unknown = Vec::new();
     let mut seen = BTreeSet::new();
     for map in std::iter::once(top).chain(cfg.text) {
-        for k in map.keys() {
+        // Sorted: the log must not depend on how the JSON map keeps its keys (serde_json keeps
+        // document order when any crate in the build enables `preserve_order`).
+        let mut keys: Vec<&String> = map.keys().collect();
+        keys.sort();
+        for k in keys {
             if !seen.insert(k.clone()) || read.contains(k) {
                 continue;
             }
