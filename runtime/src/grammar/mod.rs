@@ -117,6 +117,7 @@ impl Grammars {
             matcher,
             spec: spec.clone(),
             allowed: None,
+            eos: self.eos.clone(),
         })
     }
 }
@@ -144,6 +145,8 @@ pub struct Constraint {
     spec: Spec,
     /// The tokens allowed next, once computed for the current state.
     allowed: Option<Arc<[u32]>>,
+    /// The model's end-of-sequence ids.
+    eos: Vec<u32>,
 }
 
 impl std::fmt::Debug for Constraint {
@@ -171,7 +174,17 @@ impl Constraint {
             return Ok(a.clone());
         }
         let mask = self.matcher.compute_mask().map_err(|e| self.failed(e))?;
-        let a: Arc<[u32]> = mask.as_slice().into();
+        let mut words = mask.as_slice().to_vec();
+        // The end of the answer only where the grammar's text is complete: the engine's mask
+        // can let an end-of-sequence token through inside an open lexeme (a bare string).
+        if !self.matcher.is_accepting().map_err(|e| self.failed(e))? {
+            for &e in &self.eos {
+                if let Some(w) = words.get_mut(e as usize / 32) {
+                    *w &= !(1 << (e % 32));
+                }
+            }
+        }
+        let a: Arc<[u32]> = words.into();
         self.allowed = Some(a.clone());
         Ok(a)
     }
@@ -188,6 +201,11 @@ impl Constraint {
     /// follow), so generation ends here.
     pub fn is_finished(&self) -> bool {
         self.matcher.is_stopped()
+    }
+
+    /// The engine's error, if it stopped on one.
+    pub fn error(&self) -> Option<String> {
+        self.matcher.get_error()
     }
 
     fn failed(&self, e: impl std::fmt::Display) -> Error {

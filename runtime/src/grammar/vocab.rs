@@ -218,6 +218,43 @@ pub fn tok_env(tok: &Tokenizer, vocab: usize, eos: &[u32]) -> Result<TokEnv> {
 mod tests {
     use super::*;
 
+    /// A SentencePiece-style vocabulary (Gemma's, Llama 2's): `<0xXX>` tokens are their byte,
+    /// the word marker is a space, special tokens are unspellable, and the rows past the
+    /// tokenizer's padded up to the model's vocabulary.
+    #[test]
+    fn sentencepiece_pieces_read_as_their_bytes() {
+        let json = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "normalizer": null,
+            "pre_tokenizer": null, "post_processor": null,
+            "added_tokens": [
+                {"id": 0, "content": "<unk>", "single_word": false, "lstrip": false,
+                 "rstrip": false, "normalized": false, "special": true},
+                {"id": 1, "content": "<eos>", "single_word": false, "lstrip": false,
+                 "rstrip": false, "normalized": false, "special": true}],
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}]},
+            "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>",
+                "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+                "vocab": {"<unk>": 0, "<eos>": 1, "<0x41>": 2, "▁the": 3, "a": 4},
+                "merges": []}
+        });
+        let tok: Tokenizer = json.to_string().parse().expect("tokenizer");
+        let words = token_bytes(&tok, 7);
+        assert_eq!(words.len(), 7);
+        assert_eq!(words[2], vec![0x41]);
+        assert_eq!(words[3], b" the".to_vec());
+        assert_eq!(words[4], b"a".to_vec());
+        for special in [0, 1, 5, 6] {
+            assert_eq!(
+                words[special][0],
+                TokTrie::SPECIAL_TOKEN_MARKER,
+                "{special}"
+            );
+        }
+    }
+
     #[test]
     fn the_byte_level_table_is_gpt2s() {
         let t = byte_level_table();

@@ -49,7 +49,7 @@ pub fn forced_grammar(format: Format, tools: &[Tool], parallel: bool) -> String 
                         .unwrap_or_default();
                     for (k, p) in props.into_iter().flatten() {
                         let value = if p["type"] == "string" {
-                            "/[^<\\n]*/".to_string()
+                            bare_string(p)
                         } else {
                             let mut p = p.clone();
                             if let Value::Object(o) = &mut p {
@@ -113,4 +113,29 @@ pub fn forced_grammar(format: Format, tools: &[Tool], parallel: bool) -> String 
         g.push('\n');
     }
     g
+}
+
+/// A Qwen XML parameter's string value, written bare on one line: one of its `enum` values, or
+/// text without `<` or a line break, as long as its `minLength`/`maxLength` allow (a `pattern` is
+/// used as the regex when given).
+fn bare_string(p: &Value) -> String {
+    if let Some(e) = p["enum"].as_array() {
+        let alts: Vec<String> = e
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|s| serde_json::to_string(s).unwrap_or_default())
+            .collect();
+        if !alts.is_empty() {
+            return format!("({})", alts.join(" | "));
+        }
+    }
+    if let Some(pat) = p["pattern"].as_str() {
+        let pat = pat.trim_start_matches('^').trim_end_matches('$');
+        return format!("/{}/", pat.replace('/', "\\/"));
+    }
+    let min = p["minLength"].as_u64().unwrap_or(0);
+    match p["maxLength"].as_u64() {
+        Some(max) => format!("/[^<\\n]{{{min},{max}}}/"),
+        None => format!("/[^<\\n]{{{min},}}/"),
+    }
 }

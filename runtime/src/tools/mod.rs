@@ -138,3 +138,7 @@ pub fn call_start(format: Format, text: &str) -> Option<usize> {
         .find(|&k| text.len() >= k && open.starts_with(&text[text.len() - k..]))
         .map(|k| text.len() - k)
 }
+
+#[cfg(test)]
+#[path = "forced_tests.rs"]
+mod forced_tests;

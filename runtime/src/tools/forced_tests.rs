@@ -1,0 +1,121 @@
+//! Every format's forced-call grammar compiles in the grammar engine, and every answer it lets
+//! through reads back as calls to the offered functions with arguments of their schemas: seeded
+//! random walks through the grammar (any allowed token, uniformly) over a real byte-level BPE
+//! vocabulary.
+
+use serde_json::{Value, json};
+
+use super::{Format, Tool, forced_grammar, parse_calls};
+use crate::grammar::{Grammars, Spec};
+use crate::text::Text;
+
+fn text() -> Text {
+    let tok = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/q4nx/llama-q41/tokenizer.json");
+    Text::load(&tok, None).expect("tokenizer")
+}
+
+fn tools() -> Vec<Tool> {
+    vec![
+        Tool {
+            name: "get_weather".into(),
+            parameters: json!({"type": "object", "properties": {
+                "city": {"type": "string", "maxLength": 6},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                "metric": {"type": "boolean"}},
+                "required": ["city", "days"], "additionalProperties": false}),
+        },
+        Tool {
+            name: "stop".into(),
+            parameters: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        },
+    ]
+}
+
+/// Checks `args` against the test tools' schemas.
+fn valid(name: &str, args: &Value) -> bool {
+    let o = match args.as_object() {
+        Some(o) => o,
+        None => return false,
+    };
+    match name {
+        "get_weather" => {
+            o.keys()
+                .all(|k| ["city", "days", "metric"].contains(&k.as_str()))
+                && o["city"].as_str().is_some_and(|c| c.chars().count() <= 6)
+                && o["days"].as_i64().is_some_and(|d| (1..=7).contains(&d))
+                && o.get("metric").is_none_or(Value::is_boolean)
+        }
+        "stop" => o.is_empty(),
+        _ => false,
+    }
+}
+
+/// SplitMix64.
+fn next(s: &mut u64) -> u64 {
+    *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *s;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[test]
+fn every_forced_answer_reads_back_as_valid_calls_in_every_format() {
+    let text = text();
+    let vocab = 384;
+    let grammars = Grammars::new(vocab, &[1]);
+    let formats = [
+        Format::Hermes,
+        Format::QwenXml,
+        Format::Hunyuan,
+        Format::Lfm2,
+        Format::Llama3,
+        Format::Mistral,
+    ];
+    for format in formats {
+        for parallel in [false, true] {
+            let spec = Spec::Lark(forced_grammar(format, &tools(), parallel));
+            let c = grammars
+                .compile(&text, &spec, "tool_choice")
+                .unwrap_or_else(|e| panic!("{format:?}: {e}\n{spec:?}"));
+            for walk in 0..12u64 {
+                let mut c = c.clone();
+                let mut seed = walk ^ (format as u64) << 8 ^ u64::from(parallel) << 16;
+                let mut ids = Vec::new();
+                while !c.is_finished() && ids.len() < 3000 {
+                    let allowed = c.allowed().expect("mask");
+                    let ok: Vec<u32> = (0..vocab as u32)
+                        .filter(|&t| {
+                            allowed
+                                .get(t as usize / 32)
+                                .is_some_and(|w| w >> (t % 32) & 1 == 1)
+                        })
+                        .collect();
+                    assert!(!ok.is_empty(), "{format:?}: no token allowed after {ids:?}");
+                    let t = ok[(next(&mut seed) % ok.len() as u64) as usize];
+                    if t == 1 {
+                        break; // end of sequence: the grammar was complete
+                    }
+                    c.accept(t).expect("accept");
+                    ids.push(t);
+                }
+                let out = text.decode_keeping_special(&ids).expect("decode");
+                assert_eq!(
+                    c.error(),
+                    None,
+                    "{format:?}: the engine stopped on an error"
+                );
+                let read = parse_calls(format, &out, &tools());
+                let what = format!("{format:?} (parallel {parallel}, walk {walk}): {out:?}");
+                assert!(!read.calls.is_empty(), "{what}: no call read");
+                assert!(parallel || read.calls.len() == 1, "{what}: one call");
+                assert!(read.content.is_empty(), "{what}: text outside the calls");
+                for call in &read.calls {
+                    let args: Value = serde_json::from_str(&call.arguments).expect("JSON");
+                    assert!(valid(&call.name, &args), "{what}: {call:?}");
+                }
+            }
+        }
+    }
+}
