@@ -10,37 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-5}"
 threads="${2:-2}"
-cargo build --release --quiet
-bin=target/release/onebit-pipe
-gguf=$(scripts/fetch-gemma.sh)
-mirror="${ONEBIT_DEMO_MIRROR:-$HOME/.cache/onebit-models/mirror}"
-repo=FastFlowLM/Gemma3-270M-NPU2
-[ -f "$mirror/$repo/model.q4nx" ] || scripts/demo.sh >&2
-src=(--repo "$repo" --endpoint "$mirror" --reference "$gguf")
-"$bin" -q run "${src[@]}" >&2
-logs=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$logs"' EXIT
-start() { # name, extra args...
-  local name=$1
-  shift
-  "$bin" serve "${src[@]}" --port 0 -t "$threads" --parallel 1 --ctx-size 2048 "$@" \
-    2>"$logs/$name.log" &
-  pids+=($!)
-}
-start warm
-start cold --no-prefix-cache
-addr() {
-  for _ in $(seq 600); do
-    a=$(grep -o 'listening on http://[^ ]*' "$logs/$1.log" | sed 's|listening on http://||') || true
-    if [ -n "$a" ] && curl -sf "http://$a/health" >/dev/null; then echo "$a"; return; fi
-    sleep 0.2
-  done
-  echo "bench-prefix: the $1 server did not come up: $(cat "$logs/$1.log")" >&2
-  exit 2
-}
-warm=$(addr warm)
-cold=$(addr cold)
+# shellcheck source=scripts/serve-demo.sh
+. scripts/serve-demo.sh
+serve_demo warm -t "$threads" --parallel 1 --ctx-size 2048
+serve_demo cold -t "$threads" --parallel 1 --ctx-size 2048 --no-prefix-cache
+warm=$(demo_addr warm)
+cold=$(demo_addr cold)
 python3 - "$warm" "$cold" "$rounds" <<'EOF'
 import http.client, json, statistics, sys, time
 

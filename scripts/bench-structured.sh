@@ -9,24 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-5}"
 threads="${2:-2}"
-cargo build --release --quiet
-bin=target/release/onebit-pipe
-gguf=$(scripts/fetch-gemma.sh)
-mirror="${ONEBIT_DEMO_MIRROR:-$HOME/.cache/onebit-models/mirror}"
-repo=FastFlowLM/Gemma3-270M-NPU2
-[ -f "$mirror/$repo/model.q4nx" ] || scripts/demo.sh >&2
-src=(--repo "$repo" --endpoint "$mirror" --reference "$gguf")
-"$bin" -q run "${src[@]}" >&2
-log=$(mktemp)
-"$bin" serve "${src[@]}" --port 0 -t "$threads" --parallel 1 2>"$log" &
-pid=$!
-trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-addr=""
-for _ in $(seq 600); do
-  addr=$(grep -o 'listening on http://[^ ]*' "$log" | sed 's|listening on http://||') || true
-  if [ -n "$addr" ] && curl -sf "http://$addr/health" >/dev/null; then break; fi
-  sleep 0.2
-done
+# shellcheck source=scripts/serve-demo.sh
+. scripts/serve-demo.sh
+serve_demo server -t "$threads" --parallel 1
+addr=$(demo_addr server)
 python3 - "$addr" "$rounds" <<'PY'
 import http.client, json, statistics, sys, time
 
@@ -83,6 +69,6 @@ for sampled in (False, True):
             (held if constrained else free).append(tps)
     f, h = statistics.median(free), statistics.median(held)
     print(f"{'sampled (T=0.8)' if sampled else 'greedy'}: decode {f:.1f} tok/s free, {h:.1f} tok/s "
-          f"held to the schema: {100 * (1 - h / f):+.1f}% slower "
+          f"held to the schema ({100 * (h / f - 1):+.1f}%) "
           f"(free {min(free):.1f}-{max(free):.1f}, held {min(held):.1f}-{max(held):.1f})")
 PY
