@@ -17,42 +17,20 @@ serve_demo cold -t "$threads" --parallel 1 --ctx-size 2048 --no-prefix-cache
 warm=$(demo_addr warm)
 cold=$(demo_addr cold)
 python3 - "$warm" "$cold" "$rounds" <<'EOF'
-import http.client, json, statistics, sys, time
+import statistics, sys
+
+sys.path.insert(0, "scripts")
+from serve_client import complete  # noqa: E402
 
 warm, cold, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 words = open("tests/fixtures/text/calibration.txt").read().split()
-
-
-def post(addr, body, stream=False):
-    host, port = addr.rsplit(":", 1)
-    c = http.client.HTTPConnection(host, int(port), timeout=600)
-    body = dict(body, stream=stream)
-    t0 = time.perf_counter()
-    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    r = c.getresponse()
-    if not stream:
-        return json.loads(r.read()), None
-    ttft, text, usage = None, "", None
-    for line in r:
-        line = line.strip()
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-            continue
-        chunk = json.loads(line[6:])
-        if chunk.get("choices"):
-            piece = chunk["choices"][0].get("text", "")
-            if piece and ttft is None:
-                ttft = time.perf_counter() - t0
-            text += piece
-        if chunk.get("usage"):
-            usage = chunk["usage"]
-    return {"text": text, "usage": usage}, ttft
 
 
 # A system text of at least 1,000 tokens, as the server counts them.
 k = 500
 while True:
     system = " ".join(words[:k])
-    probe, _ = post(cold, {"prompt": system, "max_tokens": 1})
+    probe = complete(cold, {"prompt": system, "max_tokens": 1})
     n = probe["usage"]["prompt_tokens"]
     if n >= 1000:
         break
@@ -63,15 +41,16 @@ for r in range(rounds):
     turn1 = {"prompt": system + q1, "max_tokens": 24, "temperature": 0}
     seen = {}
     for name, addr in (("warm", warm), ("cold", cold)) if r % 2 == 0 else (("cold", cold), ("warm", warm)):
-        a, _ = post(addr, turn1)
+        a = complete(addr, turn1)
         turn2 = {
-            "prompt": turn1["prompt"] + a["choices"][0]["text"] + "\nQuestion: and who wrote it?\nAnswer:",
+            "prompt": turn1["prompt"] + a["text"] + "\nQuestion: and who wrote it?\nAnswer:",
             "max_tokens": 8,
             "temperature": 0,
         }
-        b, ttft = post(addr, turn2, stream=True)
+        b = complete(addr, turn2, stream=True)
+        ttft = b["ttft"]
         times[name].append(ttft)
-        seen[name] = (a["choices"][0]["text"], b["text"])
+        seen[name] = (a["text"], b["text"])
         u = b["usage"]
         print(
             f"round {r + 1} {name}: turn 2 of {u['prompt_tokens']} prompt tokens, "

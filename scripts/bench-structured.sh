@@ -14,39 +14,26 @@ threads="${2:-2}"
 serve_demo server -t "$threads" --parallel 1
 addr=$(demo_addr server)
 python3 - "$addr" "$rounds" <<'PY'
-import http.client, json, statistics, sys, time
+import statistics, sys, time
+
+sys.path.insert(0, "scripts")
+from serve_client import complete  # noqa: E402
 
 addr, rounds = sys.argv[1], int(sys.argv[2])
-host, port = addr.rsplit(":", 1)
 N = 128
 schema = {"type": "object", "properties": {"story": {"type": "string", "minLength": 2000}},
           "required": ["story"], "additionalProperties": False}
 
 
 def run(prompt, constrained, sampled, seed):
-    body = {"prompt": prompt, "max_tokens": N, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {"prompt": prompt, "max_tokens": N}
     body.update({"temperature": 0.8, "seed": seed} if sampled else {"temperature": 0})
     if constrained:
         body["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
-    c = http.client.HTTPConnection(host, int(port), timeout=600)
-    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    r = c.getresponse()
-    first = last = None
-    tokens = 0
-    for line in r:
-        line = line.strip()
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-            continue
-        ch = json.loads(line[6:])
-        if ch.get("choices") and ch["choices"][0].get("text"):
-            now = time.perf_counter()
-            first = first or now
-            last = now
-        if ch.get("usage"):
-            tokens = ch["usage"]["completion_tokens"]
+    r = complete(addr, body, stream=True)
+    tokens = r["usage"]["completion_tokens"]
     assert tokens == N, f"{tokens} tokens, not {N}"
-    return (tokens - 1) / (last - first)
+    return r["decode"]
 
 
 prompts = ["Once upon a time, in a small village by the sea,",

@@ -4,25 +4,23 @@ alternated between the servers; prints each side's time to first token and decod
 
 usage: scripts/serve-ab.py HOST:PORT_A HOST:PORT_B ROUNDS   (A is reported as "old", B as "new")
 """
-import http.client, json, os, statistics, sys, time
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_client import complete  # noqa: E402
+
 a, b, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-words = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests/fixtures/text/calibration.txt")).read().split()
+here = os.path.dirname(os.path.abspath(__file__))
+words = open(os.path.join(here, "..", "tests/fixtures/text/calibration.txt")).read().split()
+
+
 def run(addr, prompt):
-    host, port = addr.rsplit(":", 1)
-    c = http.client.HTTPConnection(host, int(port), timeout=600)
-    body = {"prompt": prompt, "max_tokens": 128, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-    r = c.getresponse(); first = last = None; n = 0
-    for line in r:
-        line = line.strip()
-        if not line.startswith(b"data: ") or line == b"data: [DONE]": continue
-        ch = json.loads(line[6:])
-        if ch.get("choices") and ch["choices"][0].get("text"):
-            now = time.perf_counter(); first = first or now; last = now
-        if ch.get("usage"): n = ch["usage"]["completion_tokens"]
-    return (first - t0), (n - 1) / (last - first), n
+    r = complete(addr, {"prompt": prompt, "max_tokens": 128, "temperature": 0}, stream=True)
+    return r["ttft"], r["decode"], r["usage"]["completion_tokens"]
+
+
 res = {a: [], b: []}
 for r in range(rounds):
     start = 37 * r

@@ -120,9 +120,10 @@ pub fn prompt_ids(model: &Model, text: &Text, p: &Prompt) -> Result<Vec<u32>> {
 
 /// Length of the longest suffix of `s` that is a proper prefix of some stop string (text that
 /// must be held back until we know it is not a stop).
-fn held_back(s: &str, stops: &[String]) -> usize {
+pub(crate) fn held_back<S: AsRef<str>>(s: &str, stops: &[S]) -> usize {
     let mut best = 0;
     for st in stops {
+        let st = st.as_ref();
         for (i, _) in st.char_indices().skip(1) {
             if s.ends_with(&st[..i]) {
                 best = best.max(i);

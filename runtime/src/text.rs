@@ -253,13 +253,6 @@ impl Text {
         self.render_chat_with(messages, &[])
     }
 
-    /// Whether the chat template renders `tools` (it names the variable).
-    pub fn template_takes_tools(&self) -> bool {
-        self.template
-            .as_deref()
-            .is_some_and(|t| t.contains("tools"))
-    }
-
     /// The chat template's text, if any.
     pub fn template(&self) -> Option<&str> {
         self.template.as_deref()

@@ -326,7 +326,8 @@ impl Model {
     /// best candidates (at most the re-scored count) gets the scan head's ranking with exact
     /// candidates, every other row the full head. The rows of each kind run as one product, and
     /// a row's numbers never depend on the other rows of the batch.
-    /// A row with `allowed` tokens ranks only those (a grammar's mask), all others −∞.
+    /// A row ranked by the scan head with `allowed` tokens (a grammar's mask) ranks only those,
+    /// so its re-scored candidates are allowed ones; other rows are masked by their sampler.
     fn head_logits(
         &self,
         reads: &[usize],
@@ -368,7 +369,7 @@ impl Model {
                 Some(scan) => scan.matmul(self.path, gx, idx.len(), &mut part),
                 None => self.matmul(&self.head, gx, idx.len(), &mut part)?,
             }
-            for (j, &i) in idx.iter().enumerate() {
+            for (j, &i) in idx.iter().enumerate().filter(|_| kind) {
                 if let Some(a) = allowed[i] {
                     crate::grammar::forbid_outside(a, &mut part[j * vocab..(j + 1) * vocab]);
                 }

@@ -51,8 +51,8 @@ impl Session {
     }
 
     /// Restricts the next logits row to the tokens whose bits are set in `allowed` (a grammar's
-    /// mask; `None` lifts it): the head ranks only those, so a reader of the best few candidates
-    /// gets the best allowed ones, and every other logit is −∞.
+    /// mask; `None` lifts it): a row ranked by the scan head ranks only those, so a reader of the
+    /// best few candidates gets the best allowed ones. The sampler masks the logits itself.
     pub fn allow_only(&mut self, allowed: Option<std::sync::Arc<[u32]>>) {
         self.allowed = allowed;
     }

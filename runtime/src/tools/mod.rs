@@ -132,11 +132,9 @@ pub fn call_start(format: Format, text: &str) -> Option<usize> {
             return Some(lead);
         }
     }
-    (1..open.len())
-        .rev()
-        .filter(|&k| text.is_char_boundary(text.len().saturating_sub(k)))
-        .find(|&k| text.len() >= k && open.starts_with(&text[text.len() - k..]))
-        .map(|k| text.len() - k)
+    // The end may be the opening's first characters: held back as a stop string's would be.
+    let k = crate::generate::held_back(text, &[open]);
+    (k > 0).then(|| text.len() - k)
 }
 
 #[cfg(test)]

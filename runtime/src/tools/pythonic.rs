@@ -70,6 +70,23 @@ impl Reader<'_> {
         (n > 0).then(|| &self.s[start..self.i])
     }
 
+    /// Comma-separated `item`s up to `close` (a trailing comma allowed), the opening bracket
+    /// already read: a call's arguments, a list's or tuple's values, a dict's entries.
+    fn items(&mut self, close: &str, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        loop {
+            self.ws();
+            if self.eat(close) {
+                return Some(());
+            }
+            item(self)?;
+            self.ws();
+            if !self.eat(",") {
+                self.ws();
+                return self.eat(close).then_some(());
+            }
+        }
+    }
+
     fn call(&mut self) -> Option<Call> {
         let name = self.ident()?.to_string();
         self.ws();
@@ -77,27 +94,15 @@ impl Reader<'_> {
             return None;
         }
         let mut args = Map::new();
-        loop {
-            self.ws();
-            if self.eat(")") {
-                break;
-            }
-            let key = self.ident()?.to_string();
-            self.ws();
-            if !self.eat("=") {
+        self.items(")", |r| {
+            let key = r.ident()?.to_string();
+            r.ws();
+            if !r.eat("=") {
                 return None;
             }
-            self.ws();
-            args.insert(key, self.value()?);
-            self.ws();
-            if !self.eat(",") {
-                self.ws();
-                if !self.eat(")") {
-                    return None;
-                }
-                break;
-            }
-        }
+            args.insert(key, r.value()?);
+            Some(())
+        })?;
         Some(Call {
             name,
             arguments: Value::Object(args).to_string(),
@@ -115,49 +120,27 @@ impl Reader<'_> {
                     self.eat("(").then_some(")")?
                 };
                 let mut items = Vec::new();
-                loop {
-                    self.ws();
-                    if self.eat(close) {
-                        break;
-                    }
-                    items.push(self.value()?);
-                    self.ws();
-                    if !self.eat(",") {
-                        self.ws();
-                        if !self.eat(close) {
-                            return None;
-                        }
-                        break;
-                    }
-                }
+                self.items(close, |r| {
+                    items.push(r.value()?);
+                    Some(())
+                })?;
                 Some(Value::Array(items))
             }
             '{' => {
                 self.eat("{");
                 let mut m = Map::new();
-                loop {
-                    self.ws();
-                    if self.eat("}") {
-                        break;
-                    }
-                    let k = match self.value()? {
+                self.items("}", |r| {
+                    let k = match r.value()? {
                         Value::String(s) => s,
                         other => other.to_string(),
                     };
-                    self.ws();
-                    if !self.eat(":") {
+                    r.ws();
+                    if !r.eat(":") {
                         return None;
                     }
-                    m.insert(k, self.value()?);
-                    self.ws();
-                    if !self.eat(",") {
-                        self.ws();
-                        if !self.eat("}") {
-                            return None;
-                        }
-                        break;
-                    }
-                }
+                    m.insert(k, r.value()?);
+                    Some(())
+                })?;
                 Some(Value::Object(m))
             }
             _ => {
