@@ -134,8 +134,8 @@ const CONFIG: TileConfig = {
     let mut t = 0;
     while t < 8 {
         let (cols, rows) = match t {
-            4 | 6 => (32, 16),
-            5 | 7 => (64, 8),
+            4 | 5 => (32, 16),
+            6 | 7 => (64, 8),
             _ => (64, 16),
         };
         c[16 + 2 * t] = cols;
@@ -196,12 +196,25 @@ pub(super) unsafe fn block(
     }
 }
 
+/// Slots of the ring of C tiles between the tile unit and the f32 step: a block's products
+/// go to one slot while the f32 step reads the block before it from another.
+const SLOTS: usize = 4;
+
+/// i32 per ring slot: two C tiles (one per 16-row unit) of 1 KiB, and one cache line more, so
+/// a slot's loads never sit a multiple of 4 KiB from another slot's stores (the CPU would take
+/// them for the same address and hold the loads back).
+const SLOT: usize = 2 * 256 + 16;
+
 /// Tokens `0 .. n` (a multiple of 16) of one row block on tiles.
 ///
-/// The loops keep what they reuse in L1: per chunk of four groups, the B tiles of every unit
-/// (4 KiB for 32 rows) are unpacked once, and every block of 16 tokens multiplies its A tiles
-/// by them; each token's f32 sums stay in a buffer of the thread between chunks, and chunks go
-/// in column order, so every row adds its groups in the AVX-512 path's order.
+/// Per chunk of four groups, the B tiles of every unit (4 KiB for 32 rows) are unpacked once.
+/// Then, group by group, the units' B tiles are loaded once, and each block of 16 tokens loads
+/// its A tile and multiplies it by both: C tiles of alternate blocks go to alternate tile
+/// registers (tmm0–1 and tmm2–3, A in tmm4 or tmm5), so the tile unit computes one block while
+/// the last one's C tiles are stored. A block's f32 step runs after the next block's tile
+/// instructions are issued, so the vector units work beside the tile unit. Each token's f32
+/// sums stay in a buffer of the thread between groups; groups go in column order, so every row
+/// adds its groups in the AVX-512 path's order.
 ///
 /// # Safety
 /// As [`block`], and this thread has tile state.
@@ -220,111 +233,64 @@ unsafe fn tiles(
     let l = &m.layout;
     let (groups, per_tile, rows) = (a.kp / 32, l.groups(), l.rows);
     let units = rows / 16;
+    debug_assert!(units == 1 || units == 2, "tiles of 16 or 32 rows");
     s.b.resize(units * GROUPS * 512, 0);
-    s.c.resize(GROUPS * BLOCK * 16, 0);
+    s.c.resize(SLOTS * SLOT, 0);
     s.acc.clear();
     s.acc.resize(units * n, _mm512_setzero_ps());
-    let signed = l.codes == CodeKind::S4;
     if !CONFIGURED.with(|c| c.replace(true)) {
         // SAFETY: CONFIG is a valid palette-1 configuration, 64 bytes aligned to 64. Loaded once
         // per thread (the configuration is part of the thread's saved state; loading it again
         // per call costs more than a row block's products).
         unsafe { asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly)) };
     }
+    let blocks = n / BLOCK;
+    let zero = l.zero;
     for gg0 in (0..groups).step_by(GROUPS) {
         let batch = (groups - gg0).min(GROUPS);
         // SAFETY: same contract as this function; `s.b` holds units · GROUPS · 512 bytes.
         unsafe { unpack(m, rb, gg0, batch, &mut s.b) };
-        for u in 0..units {
-            let scales: [(__m512, Option<__m512>); GROUPS] = std::array::from_fn(|j| {
-                let gg = (gg0 + j).min(groups - 1);
+        for j in 0..batch {
+            let gg = gg0 + j;
+            let scales: [(__m512, __m512); 2] = std::array::from_fn(|u| {
                 let tile = m.tile(rb, gg / per_tile);
-                let slot = 2 * ((gg % per_tile) * rows + u * 16);
+                let slot = 2 * ((gg % per_tile) * rows + u.min(units - 1) * 16);
                 let d = x86_512::widen16(&tile[slot..slot + 32]);
-                let z = l
-                    .zero
-                    .then(|| x86_512::widen16(&tile[l.zero_base() + slot..][..32]));
+                let z = if zero {
+                    x86_512::widen16(&tile[l.zero_base() + slot..][..32])
+                } else {
+                    _mm512_setzero_ps()
+                };
                 (d, z)
             });
-            for t0 in (0..n).step_by(BLOCK) {
-                let at_a = |j: usize| a.qt[(t0 / BLOCK * groups + gg0 + j) * 512..][..512].as_ptr();
-                let at_b = |j: usize| s.b[(u * GROUPS + j) * 512..][..512].as_ptr();
-                let cp = s.c.as_mut_ptr();
-                if batch == GROUPS {
-                    // SAFETY: A: 16 rows of 32 bytes inside `a.qt`; B: 8 rows of 64 bytes inside
-                    // `s.b` (both sliced above); C: four 1,024-byte outputs in `c`.
-                    unsafe {
-                        asm!(
-                            "tilezero tmm0",
-                            "tilezero tmm1",
-                            "tilezero tmm2",
-                            "tilezero tmm3",
-                            "tileloadd tmm4, [{a0} + {sa}*1]",
-                            "tileloadd tmm5, [{b0} + {sb}*1]",
-                            "tileloadd tmm6, [{a1} + {sa}*1]",
-                            "tileloadd tmm7, [{b1} + {sb}*1]",
-                            "tdpbsud tmm0, tmm4, tmm5",
-                            "tdpbsud tmm1, tmm6, tmm7",
-                            "tileloadd tmm4, [{a2} + {sa}*1]",
-                            "tileloadd tmm5, [{b2} + {sb}*1]",
-                            "tileloadd tmm6, [{a3} + {sa}*1]",
-                            "tileloadd tmm7, [{b3} + {sb}*1]",
-                            "tdpbsud tmm2, tmm4, tmm5",
-                            "tdpbsud tmm3, tmm6, tmm7",
-                            "tilestored [{c} + {sb}*1], tmm0",
-                            "add {c}, 1024",
-                            "tilestored [{c} + {sb}*1], tmm1",
-                            "add {c}, 1024",
-                            "tilestored [{c} + {sb}*1], tmm2",
-                            "add {c}, 1024",
-                            "tilestored [{c} + {sb}*1], tmm3",
-                            a0 = in(reg) at_a(0),
-                            a1 = in(reg) at_a(1),
-                            a2 = in(reg) at_a(2),
-                            a3 = in(reg) at_a(3),
-                            b0 = in(reg) at_b(0),
-                            b1 = in(reg) at_b(1),
-                            b2 = in(reg) at_b(2),
-                            b3 = in(reg) at_b(3),
-                            sa = in(reg) 32usize,
-                            sb = in(reg) 64usize,
-                            c = inout(reg) cp => _,
-                            options(nostack)
-                        );
-                    }
-                } else {
-                    for j in 0..batch {
-                        // SAFETY: as above, one group into `c[256·j ..]`.
-                        unsafe {
-                            asm!(
-                                "tilezero tmm0",
-                                "tileloadd tmm4, [{a} + {sa}*1]",
-                                "tileloadd tmm5, [{b} + {sb}*1]",
-                                "tdpbsud tmm0, tmm4, tmm5",
-                                "tilestored [{c} + {sb}*1], tmm0",
-                                a = in(reg) at_a(j),
-                                b = in(reg) at_b(j),
-                                sa = in(reg) 32usize,
-                                sb = in(reg) 64usize,
-                                c = in(reg) cp.add(256 * j),
-                                options(nostack)
-                            );
-                        }
-                    }
-                }
-                let sums = &mut s.acc[u * n + t0..u * n + t0 + BLOCK];
-                for (t, acc) in sums.iter_mut().enumerate() {
-                    let mut v = *acc;
-                    for (j, &(d, z)) in scales.iter().enumerate().take(batch) {
-                        let row = &s.c[256 * j + 16 * t..][..16];
-                        // SAFETY: 16 i32 (sliced above).
-                        let isum = unsafe { _mm512_loadu_si512(row.as_ptr() as *const _) };
-                        let at = (t0 + t) * groups + gg0 + j;
-                        v = x86_512::scale(v, isum, d, z, a, at, signed);
-                    }
-                    *acc = v;
+            let b = &s.b[j * 512..];
+            // SAFETY: the units' B tiles of chunk group `j`, 8 rows of 64 bytes at `b` and
+            // `b[GROUPS·512 ..]` (unit 1, when there is one), inside `s.b`.
+            unsafe {
+                asm!(
+                    "tileloadd tmm6, [{b0} + {sb}*1]",
+                    "tileloadd tmm7, [{b1} + {sb}*1]",
+                    b0 = in(reg) b[..512].as_ptr(),
+                    b1 = in(reg) b[(units - 1) * GROUPS * 512..][..512].as_ptr(),
+                    sb = in(reg) 64usize,
+                    options(nostack, readonly)
+                );
+            }
+            for blk in 0..blocks {
+                let slot = &mut s.c[(blk % SLOTS) * SLOT..][..2 * 256];
+                let at = a.qt[(blk * groups + gg) * 512..][..512].as_ptr();
+                // SAFETY: A is 16 rows of 32 bytes inside `a.qt`; B is loaded above; `slot`
+                // holds two 1 KiB tiles.
+                unsafe { product(at, slot, blk % 2 == 1, units == 2) };
+                if blk > 0 {
+                    let prev = blk - 1;
+                    let c = &s.c[(prev % SLOTS) * SLOT..][..2 * 256];
+                    accumulate(&mut s.acc, c, prev, units, n, &scales, a, groups, gg, zero);
                 }
             }
+            let last = blocks - 1;
+            let c = &s.c[(last % SLOTS) * SLOT..][..2 * 256];
+            accumulate(&mut s.acc, c, last, units, n, &scales, a, groups, gg, zero);
         }
     }
     for u in 0..units {
@@ -334,9 +300,119 @@ unsafe fn tiles(
     }
 }
 
+/// One block of 16 tokens times the loaded B tiles (tmm6, and tmm7 when `two` units): C tile of
+/// unit `v` into `c[256·v ..]`, 16 tokens × 16 rows of exact i32 sums. `odd` blocks use tmm2–3
+/// and tmm5, even ones tmm0–1 and tmm4.
+///
+/// # Safety
+/// The thread has tile state and [`CONFIG`] loaded and the B tiles loaded; `a` points to 16
+/// rows of 32 bytes, `c` to two 1 KiB tiles.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+unsafe fn product(a: *const i8, c: &mut [i32], odd: bool, two: bool) {
+    let c = c[..2 * 256].as_mut_ptr();
+    // SAFETY (every arm): as this function's contract.
+    unsafe {
+        match (odd, two) {
+            (false, true) => asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tileloadd tmm4, [{a} + {sa}*1]",
+                "tdpbssd tmm0, tmm4, tmm6",
+                "tdpbssd tmm1, tmm4, tmm7",
+                "tilestored [{c} + {sb}*1], tmm0",
+                "tilestored [{c} + {sb}*1 + 1024], tmm1",
+                a = in(reg) a,
+                sa = in(reg) 32usize,
+                sb = in(reg) 64usize,
+                c = in(reg) c,
+                options(nostack)
+            ),
+            (true, true) => asm!(
+                "tilezero tmm2",
+                "tilezero tmm3",
+                "tileloadd tmm5, [{a} + {sa}*1]",
+                "tdpbssd tmm2, tmm5, tmm6",
+                "tdpbssd tmm3, tmm5, tmm7",
+                "tilestored [{c} + {sb}*1], tmm2",
+                "tilestored [{c} + {sb}*1 + 1024], tmm3",
+                a = in(reg) a,
+                sa = in(reg) 32usize,
+                sb = in(reg) 64usize,
+                c = in(reg) c,
+                options(nostack)
+            ),
+            (false, false) => asm!(
+                "tilezero tmm0",
+                "tileloadd tmm4, [{a} + {sa}*1]",
+                "tdpbssd tmm0, tmm4, tmm6",
+                "tilestored [{c} + {sb}*1], tmm0",
+                a = in(reg) a,
+                sa = in(reg) 32usize,
+                sb = in(reg) 64usize,
+                c = in(reg) c,
+                options(nostack)
+            ),
+            (true, false) => asm!(
+                "tilezero tmm2",
+                "tileloadd tmm5, [{a} + {sa}*1]",
+                "tdpbssd tmm2, tmm5, tmm6",
+                "tilestored [{c} + {sb}*1], tmm2",
+                a = in(reg) a,
+                sa = in(reg) 32usize,
+                sb = in(reg) 64usize,
+                c = in(reg) c,
+                options(nostack)
+            ),
+        }
+    }
+}
+
+/// Block `blk`'s f32 step for column group `gg` (C of unit `v` at `c[256·v ..]`): every
+/// token's sums `acc += (d·dx)·isum (+ z·dx·Σx)`, the AVX-512 path's own operations in its
+/// order (`x86_512::scale`; the tile sums are the signed ones, so nothing is taken back).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+fn accumulate(
+    acc: &mut [__m512],
+    c: &[i32],
+    blk: usize,
+    units: usize,
+    n: usize,
+    scales: &[(__m512, __m512); 2],
+    a: &Activations,
+    groups: usize,
+    gg: usize,
+    zero: bool,
+) {
+    let t0 = blk * BLOCK;
+    let qd = &a.qd[t0 * groups + gg..][..(BLOCK - 1) * groups + 1];
+    let zs = &a.zs[t0 * groups + gg..][..(BLOCK - 1) * groups + 1];
+    for (u, &(d, z)) in scales.iter().enumerate().take(units) {
+        let tile = &c[256 * u..][..256];
+        let sums = &mut acc[u * n + t0..][..BLOCK];
+        for (t, sum) in sums.iter_mut().enumerate() {
+            let row = &tile[16 * t..][..16];
+            // SAFETY: 16 i32 (sliced above).
+            let isum = unsafe { _mm512_loadu_si512(row.as_ptr() as *const _) };
+            let mut v = _mm512_fmadd_ps(
+                _mm512_mul_ps(d, _mm512_set1_ps(qd[t * groups])),
+                _mm512_cvtepi32_ps(isum),
+                *sum,
+            );
+            if zero {
+                v = _mm512_fmadd_ps(z, _mm512_set1_ps(zs[t * groups]), v);
+            }
+            *sum = v;
+        }
+    }
+}
+
 /// Unpacks groups `gg0 .. gg0+batch` of row block `rb` into B tiles: for 16-row unit `u` and
 /// the chunk's group `j`, 512 bytes at `(u·GROUPS + j)·512`, byte `64·kk + 4n + i` = code of
-/// row `16u + n`, column `32(gg0 + j) + 4kk + i` (signed nibbles as `q + 8`).
+/// row `16u + n`, column `32(gg0 + j) + 4kk + i`, as a signed byte (signed nibbles as `q`,
+/// unsigned as `q`: both fit, so one signed×signed product serves every 4-bit kind).
 ///
 /// # Safety
 /// As [`block`]; `b` holds `rows/16 · GROUPS · 512` bytes.
@@ -345,6 +421,8 @@ unsafe fn unpack(m: &QMatrix<'_>, rb: usize, gg0: usize, batch: usize, b: &mut [
     let l = &m.layout;
     let (per_tile, cols, rows) = (l.groups(), l.cols, l.rows);
     let flip = x86_512::flip_of(l.codes);
+    // `nibbles` reads signed codes as `q + 8`: take the 8 back.
+    let back = _mm512_set1_epi8(if l.codes == CodeKind::S4 { 8 } else { 0 });
     let wide = l.lane == 32;
     let idx = if wide { &B32 } else { &B16 };
     // SAFETY: the index tables hold 64 bytes each.
@@ -355,6 +433,7 @@ unsafe fn unpack(m: &QMatrix<'_>, rb: usize, gg0: usize, batch: usize, b: &mut [
         )
     };
     let mut store = |at: usize, v: __m512i| {
+        let v = _mm512_sub_epi8(v, back);
         let dst = &mut b[at..at + 64];
         // SAFETY: 64 bytes at `dst` (sliced above).
         unsafe { _mm512_storeu_si512(dst.as_mut_ptr() as *mut _, v) }

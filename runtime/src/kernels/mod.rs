@@ -213,30 +213,49 @@ pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &m
         });
         return;
     }
-    let parts: Vec<(usize, usize, Vec<f32>)> = tasks
-        .into_par_iter()
-        .map(|(i, rb0, rb1)| {
-            let m = &mats[i];
-            let r_tile = m.layout.rows;
-            let nrows = (rb1 - rb0) * r_tile;
-            let mut out = vec![0f32; n * nrows];
+    // Every task writes its own rows of its matrix's output: disjoint ranges, written through
+    // raw pointers so that no two tasks hold a `&mut` to the same slice.
+    let dst: Vec<Dest> = ys.iter_mut().map(|y| Dest(y.as_mut_ptr())).collect();
+    tasks.into_par_iter().for_each(|(i, rb0, rb1)| {
+        let m = &mats[i];
+        let r_tile = m.layout.rows;
+        let nrows = (rb1 - rb0) * r_tile;
+        SCRATCH.with(|s| {
+            let mut out = s.borrow_mut();
+            out.clear();
+            out.resize(n * nrows, 0.0);
             for rb in rb0..rb1 {
                 m.block(path, rb, &acts, &mut out, nrows, (rb - rb0) * r_tile);
             }
-            (i, rb0, out)
-        })
-        .collect();
-    for (i, rb0, out) in parts {
-        let m = &mats[i];
-        let nrows = out.len() / n.max(1);
-        let r0 = rb0 * m.layout.rows;
-        let take = nrows.min(m.rows - r0);
-        let y = &mut ys[i];
-        for t in 0..n {
-            y[t * m.rows + r0..t * m.rows + r0 + take]
-                .copy_from_slice(&out[t * nrows..t * nrows + take]);
-        }
-    }
+            let r0 = rb0 * r_tile;
+            let take = nrows.min(m.rows - r0);
+            for t in 0..n {
+                // SAFETY: `ys[i]` holds `n × m.rows` values (asserted above) and is borrowed
+                // mutably for this whole call; this task alone writes its rows `r0 .. r0+take`
+                // (the tasks' row ranges of one matrix do not overlap), here for token `t`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        out[t * nrows..][..take].as_ptr(),
+                        dst[i].0.add(t * m.rows + r0),
+                        take,
+                    );
+                }
+            }
+        });
+    });
+}
+
+/// A matrix's output as a raw pointer, shared by the tasks that write its disjoint row ranges.
+struct Dest(*mut f32);
+
+// SAFETY: tasks write disjoint elements through it while the output is mutably borrowed by the
+// call that made it (see `matmul_many`).
+unsafe impl Sync for Dest {}
+
+thread_local! {
+    /// A task's rows for every token, kept between calls (a fresh buffer per task cost page
+    /// faults and a serial copy afterwards).
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Result of [`self_check`] on one matrix.
