@@ -22,6 +22,12 @@ pub struct Activations {
     pub qt: Vec<i8>,
     /// `n × kp/32` int8 scales.
     pub qd: Vec<f32>,
+    /// [`Activations::qd`] and [`Activations::zs`] of every whole block of 16 tokens in tile
+    /// order (per block and group, the 16 tokens' values contiguous: one cache line where the
+    /// token-major arrays spread them over 16); empty until [`Activations::tile_order`].
+    pub qdt: Vec<f32>,
+    /// See [`Activations::qdt`].
+    pub zst: Vec<f32>,
     /// `n × kp/32` sums of the int8 codes.
     pub qsum: Vec<i32>,
     /// `8·qsum`: what reading signed nibbles as `q + 8` adds to a group's sum, taken back.
@@ -41,6 +47,8 @@ impl Activations {
             q16: Vec::new(),
             qt: Vec::new(),
             qd: vec![0f32; n * groups],
+            qdt: Vec::new(),
+            zst: Vec::new(),
             qsum: vec![0i32; n * groups],
             qsum8: Vec::new(),
             zs: Vec::new(),
@@ -84,6 +92,17 @@ impl Activations {
     pub fn tile_order(&mut self) {
         let (groups, blocks) = (self.kp / 32, self.n / 16);
         self.qt = vec![0i8; blocks * 16 * self.kp];
+        self.qdt = vec![0f32; blocks * 16 * groups];
+        self.zst = vec![0f32; blocks * 16 * groups];
+        for b in 0..blocks {
+            for m in 0..16 {
+                let at = (b * 16 + m) * groups;
+                for g in 0..groups {
+                    self.qdt[(b * groups + g) * 16 + m] = self.qd[at + g];
+                    self.zst[(b * groups + g) * 16 + m] = self.zs[at + g];
+                }
+            }
+        }
         for b in 0..blocks {
             for g in 0..groups {
                 for m in 0..16 {

@@ -387,8 +387,8 @@ fn accumulate(
     zero: bool,
 ) {
     let t0 = blk * BLOCK;
-    let qd = &a.qd[t0 * groups + gg..][..(BLOCK - 1) * groups + 1];
-    let zs = &a.zs[t0 * groups + gg..][..(BLOCK - 1) * groups + 1];
+    let qd = &a.qdt[(blk * groups + gg) * BLOCK..][..BLOCK];
+    let zs = &a.zst[(blk * groups + gg) * BLOCK..][..BLOCK];
     for (u, &(d, z)) in scales.iter().enumerate().take(units) {
         let tile = &c[256 * u..][..256];
         let sums = &mut acc[u * n + t0..][..BLOCK];
@@ -397,12 +397,12 @@ fn accumulate(
             // SAFETY: 16 i32 (sliced above).
             let isum = unsafe { _mm512_loadu_si512(row.as_ptr() as *const _) };
             let mut v = _mm512_fmadd_ps(
-                _mm512_mul_ps(d, _mm512_set1_ps(qd[t * groups])),
+                _mm512_mul_ps(d, _mm512_set1_ps(qd[t])),
                 _mm512_cvtepi32_ps(isum),
                 *sum,
             );
             if zero {
-                v = _mm512_fmadd_ps(z, _mm512_set1_ps(zs[t * groups]), v);
+                v = _mm512_fmadd_ps(z, _mm512_set1_ps(zs[t]), v);
             }
             *sum = v;
         }
