@@ -5,6 +5,8 @@
 
 use crate::error::Result;
 use crate::kernels::{self, Path, QMatrix};
+use crate::ops;
+use crate::spec::Act;
 
 /// Runs products of tiled matrices with a batch of activations.
 pub trait Backend: Send + Sync {
@@ -20,6 +22,21 @@ pub trait Backend: Send + Sync {
         n: usize,
         ys: &mut [&mut [f32]],
     ) -> Result<()>;
+
+    /// `h = act(gate·x) ⊙ up·x` in one pass, where the backend can (the host kernels gate
+    /// each task's rows while they are in cache); `false` when it did nothing and the caller
+    /// runs both products and the gate itself.
+    fn matmul_gated(
+        &self,
+        _gate: &QMatrix<'_>,
+        _up: &QMatrix<'_>,
+        _x: &[f32],
+        _n: usize,
+        _act: Act,
+        _h: &mut [f32],
+    ) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 /// The CPU kernels ([`crate::kernels`]).
@@ -57,5 +74,18 @@ impl Backend for Host {
             }
         }
         Ok(())
+    }
+
+    fn matmul_gated(
+        &self,
+        gate: &QMatrix<'_>,
+        up: &QMatrix<'_>,
+        x: &[f32],
+        n: usize,
+        act: Act,
+        h: &mut [f32],
+    ) -> Result<bool> {
+        let f = |g: &mut [f32], u: &[f32]| ops::gate_rows(act, g, u);
+        Ok(kernels::matmul_gated(self.path, gate, up, x, n, h, &f).is_some())
     }
 }

@@ -37,6 +37,7 @@ macro_rules! index_table {
 mod activations;
 #[cfg(target_arch = "x86_64")]
 mod amx;
+mod batch;
 pub mod layout;
 mod path;
 mod scalar;
@@ -46,9 +47,8 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_512;
 
-use rayon::prelude::*;
-
 pub use activations::Activations;
+pub use batch::{matmul_gated, matmul_many};
 pub use layout::{CodeKind, TileLayout};
 pub use path::{PATH_VAR, Path};
 
@@ -144,118 +144,6 @@ impl<'a> QMatrix<'a> {
             _ => scalar::block(self, rb, a, out, stride, local),
         }
     }
-}
-
-/// Several products of the same activations at once (q/k/v, gate/up): one pass over `x` for
-/// the padded copy and group sums, one parallel dispatch over the row blocks of every matrix.
-/// Each matrix's arithmetic is exactly that of [`QMatrix::matmul`]. All matrices must share K
-/// and the tile width; `ys[i]` is `n × mats[i].rows`.
-pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &mut [&mut [f32]]) {
-    let Some(first) = mats.first() else {
-        return;
-    };
-    if n == 0 {
-        // No rows: nothing to read, nothing to write (a batch may carry no row of a product).
-        return;
-    }
-    assert_eq!(mats.len(), ys.len(), "one output per matrix");
-    let (k, kp) = (first.k, first.k_padded());
-    for (m, y) in mats.iter().zip(ys.iter()) {
-        assert!(m.k == k && m.k_padded() == kp, "matmul_many needs one K");
-        assert_eq!(y.len(), n * m.rows, "output size");
-    }
-    assert_eq!(x.len(), n * k, "activation size");
-    let mut acts = Activations::new(x, n, k, kp);
-    if path.has_avx2() && mats.iter().any(|m| m.layout.codes == CodeKind::S8) {
-        acts.widen();
-    }
-    if path == Path::Amx && n >= 16 && mats.iter().any(|m| m.layout.codes != CodeKind::S8) {
-        acts.tile_order();
-    }
-    // Tasks: (matrix, first row block, row blocks), ≈ 64 KiB of tiles each.
-    let mut tasks = Vec::new();
-    for (i, m) in mats.iter().enumerate() {
-        let rbs = m.row_blocks();
-        let per_task = (65536 / (m.ct * m.layout.bytes)).clamp(1, 64);
-        for rb0 in (0..rbs).step_by(per_task) {
-            tasks.push((i, rb0, (rb0 + per_task).min(rbs)));
-        }
-    }
-    if n == 1 {
-        // One token: a task's rows are one contiguous run of its output, so each task writes
-        // there directly (a whole-block scratch only for a last block cut short by `rows`).
-        let mut jobs: Vec<(usize, usize, usize, &mut [f32])> = Vec::with_capacity(tasks.len());
-        let mut rest: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
-        for &(i, rb0, rb1) in &tasks {
-            let m = &mats[i];
-            let take = (rb1 * m.layout.rows).min(m.rows) - rb0 * m.layout.rows;
-            let (head, tail) = std::mem::take(&mut rest[i]).split_at_mut(take);
-            rest[i] = tail;
-            jobs.push((i, rb0, rb1, head));
-        }
-        jobs.into_par_iter().for_each(|(i, rb0, rb1, out)| {
-            let m = &mats[i];
-            let r_tile = m.layout.rows;
-            let nrows = (rb1 - rb0) * r_tile;
-            out.fill(0.0);
-            if out.len() == nrows {
-                for rb in rb0..rb1 {
-                    m.block(path, rb, &acts, out, nrows, (rb - rb0) * r_tile);
-                }
-            } else {
-                let mut whole = vec![0f32; nrows];
-                for rb in rb0..rb1 {
-                    m.block(path, rb, &acts, &mut whole, nrows, (rb - rb0) * r_tile);
-                }
-                let take = out.len();
-                out.copy_from_slice(&whole[..take]);
-            }
-        });
-        return;
-    }
-    // Every task writes its own rows of its matrix's output: disjoint ranges, written through
-    // raw pointers so that no two tasks hold a `&mut` to the same slice.
-    let dst: Vec<Dest> = ys.iter_mut().map(|y| Dest(y.as_mut_ptr())).collect();
-    tasks.into_par_iter().for_each(|(i, rb0, rb1)| {
-        let m = &mats[i];
-        let r_tile = m.layout.rows;
-        let nrows = (rb1 - rb0) * r_tile;
-        SCRATCH.with(|s| {
-            let mut out = s.borrow_mut();
-            out.clear();
-            out.resize(n * nrows, 0.0);
-            for rb in rb0..rb1 {
-                m.block(path, rb, &acts, &mut out, nrows, (rb - rb0) * r_tile);
-            }
-            let r0 = rb0 * r_tile;
-            let take = nrows.min(m.rows - r0);
-            for t in 0..n {
-                // SAFETY: `ys[i]` holds `n × m.rows` values (asserted above) and is borrowed
-                // mutably for this whole call; this task alone writes its rows `r0 .. r0+take`
-                // (the tasks' row ranges of one matrix do not overlap), here for token `t`.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        out[t * nrows..][..take].as_ptr(),
-                        dst[i].0.add(t * m.rows + r0),
-                        take,
-                    );
-                }
-            }
-        });
-    });
-}
-
-/// A matrix's output as a raw pointer, shared by the tasks that write its disjoint row ranges.
-struct Dest(*mut f32);
-
-// SAFETY: tasks write disjoint elements through it while the output is mutably borrowed by the
-// call that made it (see `matmul_many`).
-unsafe impl Sync for Dest {}
-
-thread_local! {
-    /// A task's rows for every token, kept between calls (a fresh buffer per task cost page
-    /// faults and a serial copy afterwards).
-    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Result of [`self_check`] on one matrix.
@@ -492,6 +380,48 @@ pub(crate) mod tests {
                 assert_eq!(bits(&tiles), bits(&vnni), "{} n={n}", layout.name);
             }
         }
+    }
+
+    #[test]
+    fn a_gated_pair_gives_both_products_then_the_gate_bit_for_bit() {
+        // f: any element-wise function of (g, u); the FFN passes act(g)·u.
+        let f = |g: &mut [f32], u: &[f32]| {
+            for (a, &b) in g.iter_mut().zip(u) {
+                *a = *a / (1.0 + (-*a).exp()) * b;
+            }
+        };
+        for layout in [layout::LAYOUTS[0], layout::LAYOUTS[4], layout::LAYOUTS[6]] {
+            // Rows ending mid-block, several tasks' worth of rows.
+            let (rows, k) = (layout.rows * 9 + 5, layout.cols * 2);
+            let (gd, ud) = (
+                random_matrix(layout, rows, k, 21),
+                random_matrix(layout, rows, k, 22),
+            );
+            let g = QMatrix::new(layout, rows, k, &gd).expect("sizes");
+            let u = QMatrix::new(layout, rows, k, &ud).expect("sizes");
+            for n in [1, 5, 37] {
+                let x: Vec<f32> = (0..n * k)
+                    .map(|i| ((i * 17 % 31) as f32 - 15.0) / 8.0)
+                    .collect();
+                for path in Path::available() {
+                    let (mut want, mut up) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+                    matmul_many(path, &[g, u], &x, n, &mut [&mut want[..], &mut up[..]]);
+                    f(&mut want, &up);
+                    let mut got = vec![f32::NAN; n * rows];
+                    assert!(matmul_gated(path, &g, &u, &x, n, &mut got, &f).is_some());
+                    assert_eq!(bits(&got), bits(&want), "{} {path:?} n={n}", layout.name);
+                }
+            }
+        }
+        // Different shapes: refused, for the caller to run apart.
+        let l = layout::LAYOUTS[0];
+        let (a, b) = (random_matrix(l, 64, 256, 1), random_matrix(l, 32, 256, 2));
+        let (a, b) = (
+            QMatrix::new(l, 64, 256, &a).expect("sizes"),
+            QMatrix::new(l, 32, 256, &b).expect("sizes"),
+        );
+        let mut h = vec![0f32; 64];
+        assert!(matmul_gated(Path::Scalar, &a, &b, &[0.0; 256], 1, &mut h, &f).is_none());
     }
 
     #[test]

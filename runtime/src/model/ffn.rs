@@ -67,14 +67,18 @@ impl Ffn {
                 n,
             );
         }
-        m.matmul_many(&[&self.gate, &self.up], x, n, &mut [&mut g[..], &mut u[..]])?;
-        let act = m.spec.act;
         let ffn = m.spec.ffn;
-        let gate = |(g, u): (&mut [f32], &[f32])| ops::gate_rows(act, g, u);
-        if n >= PARALLEL_ROWS {
-            g.par_chunks_mut(ffn).zip(u.par_chunks(ffn)).for_each(gate);
-        } else {
-            gate((&mut g[..], &u[..]));
+        let g = &mut g[..n * ffn];
+        if !m.matmul_gated(&self.gate, &self.up, x, n, g)? {
+            let u = &mut u[..n * ffn];
+            m.matmul_many(&[&self.gate, &self.up], x, n, &mut [&mut g[..], &mut u[..]])?;
+            let act = m.spec.act;
+            let gate = |(g, u): (&mut [f32], &[f32])| ops::gate_rows(act, g, u);
+            if n >= PARALLEL_ROWS {
+                g.par_chunks_mut(ffn).zip(u.par_chunks(ffn)).for_each(gate);
+            } else {
+                gate((&mut g[..], &u[..]));
+            }
         }
         if rec {
             m.record(&[lname("mlp.down_proj.weight")], g, n);

@@ -196,6 +196,35 @@ impl Model {
         }
     }
 
+    /// `h = act(gate·x) ⊙ up·x` in one backend pass when both are tiled and the backend fuses
+    /// them; `false` when the caller must run the products and the gate itself.
+    pub(super) fn matmul_gated(
+        &self,
+        gate: &Weight,
+        up: &Weight,
+        x: &[f32],
+        n: usize,
+        h: &mut [f32],
+    ) -> Result<bool> {
+        match (self.qmatrix(gate), self.qmatrix(up)) {
+            (Some(g), Some(u)) => self.backend.matmul_gated(&g, &u, x, n, self.spec.act, h),
+            _ => Ok(false),
+        }
+    }
+
+    /// A tiled weight as a matrix over the mapped pack; `None` for bf16 rows.
+    fn qmatrix(&self, w: &Weight) -> Option<QMatrix<'_>> {
+        match w {
+            Weight::Tiled {
+                layout,
+                rows,
+                k,
+                range,
+            } => QMatrix::new(*layout, *rows, *k, &self.pack.map()[range.clone()]),
+            Weight::Bf16 { .. } => None,
+        }
+    }
+
     /// `ys[i] = ws[i]·x` for weights sharing K: one backend call when all are tiled.
     pub(super) fn matmul_many(
         &self,
@@ -204,18 +233,7 @@ impl Model {
         n: usize,
         ys: &mut [&mut [f32]],
     ) -> Result<()> {
-        let mats: Vec<QMatrix<'_>> = ws
-            .iter()
-            .filter_map(|w| match w {
-                Weight::Tiled {
-                    layout,
-                    rows,
-                    k,
-                    range,
-                } => QMatrix::new(*layout, *rows, *k, &self.pack.map()[range.clone()]),
-                Weight::Bf16 { .. } => None,
-            })
-            .collect();
+        let mats: Vec<QMatrix<'_>> = ws.iter().filter_map(|w| self.qmatrix(w)).collect();
         if mats.len() == ws.len() {
             return self.backend.matmul_many(&mats, x, n, ys);
         }

@@ -1,0 +1,197 @@
+//! Products over a batch of tokens: the activations quantized once per call, the row blocks of
+//! every matrix spread over rayon's threads, each task writing its own rows of the outputs.
+
+use rayon::prelude::*;
+
+use super::{Activations, CodeKind, Path, QMatrix};
+
+/// Several products of the same activations at once (q/k/v, gate/up): one pass over `x` for
+/// the padded copy and group sums, one parallel dispatch over the row blocks of every matrix.
+/// Each matrix's arithmetic is exactly that of [`QMatrix::matmul`]. All matrices must share K
+/// and the tile width; `ys[i]` is `n × mats[i].rows`.
+pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &mut [&mut [f32]]) {
+    let Some(first) = mats.first() else {
+        return;
+    };
+    if n == 0 {
+        // No rows: nothing to read, nothing to write (a batch may carry no row of a product).
+        return;
+    }
+    assert_eq!(mats.len(), ys.len(), "one output per matrix");
+    let (k, kp) = (first.k, first.k_padded());
+    for (m, y) in mats.iter().zip(ys.iter()) {
+        assert!(m.k == k && m.k_padded() == kp, "matmul_many needs one K");
+        assert_eq!(y.len(), n * m.rows, "output size");
+    }
+    assert_eq!(x.len(), n * k, "activation size");
+    let acts = prepare(path, mats, x, n);
+    // Tasks: (matrix, first row block, row blocks), ≈ 64 KiB of tiles each.
+    let mut tasks = Vec::new();
+    for (i, m) in mats.iter().enumerate() {
+        for (rb0, rb1) in row_tasks(m, 1) {
+            tasks.push((i, rb0, rb1));
+        }
+    }
+    if n == 1 {
+        // One token: a task's rows are one contiguous run of its output, so each task writes
+        // there directly (a whole-block scratch only for a last block cut short by `rows`).
+        let mut jobs: Vec<(usize, usize, usize, &mut [f32])> = Vec::with_capacity(tasks.len());
+        let mut rest: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
+        for &(i, rb0, rb1) in &tasks {
+            let m = &mats[i];
+            let take = (rb1 * m.layout.rows).min(m.rows) - rb0 * m.layout.rows;
+            let (head, tail) = std::mem::take(&mut rest[i]).split_at_mut(take);
+            rest[i] = tail;
+            jobs.push((i, rb0, rb1, head));
+        }
+        jobs.into_par_iter().for_each(|(i, rb0, rb1, out)| {
+            let m = &mats[i];
+            let r_tile = m.layout.rows;
+            let nrows = (rb1 - rb0) * r_tile;
+            out.fill(0.0);
+            if out.len() == nrows {
+                for rb in rb0..rb1 {
+                    m.block(path, rb, &acts, out, nrows, (rb - rb0) * r_tile);
+                }
+            } else {
+                let mut whole = vec![0f32; nrows];
+                for rb in rb0..rb1 {
+                    m.block(path, rb, &acts, &mut whole, nrows, (rb - rb0) * r_tile);
+                }
+                let take = out.len();
+                out.copy_from_slice(&whole[..take]);
+            }
+        });
+        return;
+    }
+    // Every task writes its own rows of its matrix's output: disjoint ranges, written through
+    // raw pointers so that no two tasks hold a `&mut` to the same slice.
+    let dst: Vec<Dest> = ys.iter_mut().map(|y| Dest(y.as_mut_ptr())).collect();
+    tasks.into_par_iter().for_each(|(i, rb0, rb1)| {
+        let m = &mats[i];
+        let r_tile = m.layout.rows;
+        let nrows = (rb1 - rb0) * r_tile;
+        SCRATCH.with(|s| {
+            let mut out = s.borrow_mut();
+            out.clear();
+            out.resize(n * nrows, 0.0);
+            for rb in rb0..rb1 {
+                m.block(path, rb, &acts, &mut out, nrows, (rb - rb0) * r_tile);
+            }
+            let r0 = rb0 * r_tile;
+            let take = nrows.min(m.rows - r0);
+            for t in 0..n {
+                // SAFETY: `ys[i]` holds `n × m.rows` values (asserted above) and is borrowed
+                // mutably for this whole call; this task alone writes its rows `r0 .. r0+take`
+                // (the tasks' row ranges of one matrix do not overlap), here for token `t`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        out[t * nrows..][..take].as_ptr(),
+                        dst[i].at(t * m.rows + r0),
+                        take,
+                    );
+                }
+            }
+        });
+    });
+}
+
+/// The activations of `x` in the forms `path` reads for `mats`.
+fn prepare(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize) -> Activations {
+    let (k, kp) = (mats[0].k, mats[0].k_padded());
+    let mut acts = Activations::new(x, n, k, kp);
+    if path.has_avx2() && mats.iter().any(|m| m.layout.codes == CodeKind::S8) {
+        acts.widen();
+    }
+    if path == Path::Amx && n >= 16 && mats.iter().any(|m| m.layout.codes != CodeKind::S8) {
+        acts.tile_order();
+    }
+    acts
+}
+
+/// A matrix's row blocks in tasks of about 64 KiB of tiles (`share` matrices read per task).
+fn row_tasks(m: &QMatrix<'_>, share: usize) -> impl Iterator<Item = (usize, usize)> {
+    let rbs = m.row_blocks();
+    let per_task = (65536 / (share * m.ct * m.layout.bytes)).clamp(1, 64);
+    (0..rbs)
+        .step_by(per_task)
+        .map(move |rb0| (rb0, (rb0 + per_task).min(rbs)))
+}
+
+/// A gated pair of products in one pass: `h[t][r] = f(g, u)` row by row, where `g = gate·x`
+/// and `u = up·x` (an FFN's `act(g) ⊙ u`, with `f` writing its result over `g`). Each task
+/// computes the same rows of both matrices and gates them while they are in its cache, so the
+/// intermediate products never reach memory and the gate needs no pass of its own. `f` must
+/// work element by element (the results are then those of both products followed by `f` over
+/// whole rows). `None` when the two matrices differ in shape or layout: the caller runs them
+/// apart.
+pub fn matmul_gated(
+    path: Path,
+    gate: &QMatrix<'_>,
+    up: &QMatrix<'_>,
+    x: &[f32],
+    n: usize,
+    h: &mut [f32],
+    f: &(dyn Fn(&mut [f32], &[f32]) + Sync),
+) -> Option<()> {
+    if (gate.layout, gate.rows, gate.k) != (up.layout, up.rows, up.k) {
+        return None;
+    }
+    assert_eq!(x.len(), n * gate.k, "activation size");
+    assert_eq!(h.len(), n * gate.rows, "output size");
+    if n == 0 {
+        return Some(());
+    }
+    let acts = prepare(path, &[*gate, *up], x, n);
+    let tasks: Vec<(usize, usize)> = row_tasks(gate, 2).collect();
+    let dst = Dest(h.as_mut_ptr());
+    let rows = gate.rows;
+    tasks.into_par_iter().for_each(|(rb0, rb1)| {
+        let r_tile = gate.layout.rows;
+        let nrows = (rb1 - rb0) * r_tile;
+        SCRATCH.with(|s| {
+            let mut buf = s.borrow_mut();
+            buf.clear();
+            buf.resize(2 * n * nrows, 0.0);
+            let (g, u) = buf.split_at_mut(n * nrows);
+            for rb in rb0..rb1 {
+                gate.block(path, rb, &acts, g, nrows, (rb - rb0) * r_tile);
+                up.block(path, rb, &acts, u, nrows, (rb - rb0) * r_tile);
+            }
+            let r0 = rb0 * r_tile;
+            let take = nrows.min(rows - r0);
+            for t in 0..n {
+                let row = &mut g[t * nrows..][..take];
+                f(row, &u[t * nrows..][..take]);
+                // SAFETY: `h` holds `n × rows` values (asserted above) and is borrowed mutably
+                // for this whole call; this task alone writes its rows `r0 .. r0+take`.
+                unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), dst.at(t * rows + r0), take) };
+            }
+        });
+    });
+    Some(())
+}
+
+/// A matrix's output as a raw pointer, shared by the tasks that write its disjoint row ranges.
+struct Dest(*mut f32);
+
+impl Dest {
+    /// The address of element `i`.
+    ///
+    /// # Safety
+    /// `i` lies inside the output.
+    unsafe fn at(&self, i: usize) -> *mut f32 {
+        // SAFETY: as this function's contract.
+        unsafe { self.0.add(i) }
+    }
+}
+
+// SAFETY: tasks write disjoint elements through it while the output is mutably borrowed by the
+// call that made it (see `matmul_many`).
+unsafe impl Sync for Dest {}
+
+thread_local! {
+    /// A task's rows for every token, kept between calls (a fresh buffer per task cost page
+    /// faults and a serial copy afterwards).
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
