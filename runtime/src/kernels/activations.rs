@@ -16,14 +16,15 @@ pub struct Activations {
     /// The same codes widened to i16 (the AVX2 8-bit kernel broadcasts two of them as one i32);
     /// empty until [`Activations::widen`].
     pub q16: Vec<i16>,
-    /// The codes of every whole block of 16 tokens in AMX tile order (per block and 32-column
-    /// group, 16 rows of 32 codes, contiguous: the tokens' own rows lie `kp` bytes apart, which
-    /// maps a block's rows onto a few cache sets); empty until [`Activations::tile_order`].
+    /// The codes of every whole block of 16 tokens in AMX tile order (per 32-column group and
+    /// block, 16 rows of 32 codes, contiguous: the tokens' own rows lie `kp` bytes apart, which
+    /// maps a block's rows onto a few cache sets; group-major, so the blocks a kernel walks for
+    /// one group follow each other in memory); empty until [`Activations::tile_order`].
     pub qt: Vec<i8>,
     /// `n × kp/32` int8 scales.
     pub qd: Vec<f32>,
     /// [`Activations::qd`] and [`Activations::zs`] of every whole block of 16 tokens in tile
-    /// order (per block and group, the 16 tokens' values contiguous: one cache line where the
+    /// order (per group and block, the 16 tokens' values contiguous: one cache line where the
     /// token-major arrays spread them over 16); empty until [`Activations::tile_order`].
     pub qdt: Vec<f32>,
     /// See [`Activations::qdt`].
@@ -98,8 +99,8 @@ impl Activations {
             for m in 0..16 {
                 let at = (b * 16 + m) * groups;
                 for g in 0..groups {
-                    self.qdt[(b * groups + g) * 16 + m] = self.qd[at + g];
-                    self.zst[(b * groups + g) * 16 + m] = self.zs[at + g];
+                    self.qdt[(g * blocks + b) * 16 + m] = self.qd[at + g];
+                    self.zst[(g * blocks + b) * 16 + m] = self.zs[at + g];
                 }
             }
         }
@@ -107,7 +108,7 @@ impl Activations {
             for g in 0..groups {
                 for m in 0..16 {
                     let src = &self.q[(b * 16 + m) * self.kp + g * 32..][..32];
-                    self.qt[((b * groups + g) * 16 + m) * 32..][..32].copy_from_slice(src);
+                    self.qt[((g * blocks + b) * 16 + m) * 32..][..32].copy_from_slice(src);
                 }
             }
         }

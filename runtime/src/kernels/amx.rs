@@ -278,19 +278,19 @@ unsafe fn tiles(
             }
             for blk in 0..blocks {
                 let slot = &mut s.c[(blk % SLOTS) * SLOT..][..2 * 256];
-                let at = a.qt[(blk * groups + gg) * 512..][..512].as_ptr();
+                let at = a.qt[(gg * blocks + blk) * 512..][..512].as_ptr();
                 // SAFETY: A is 16 rows of 32 bytes inside `a.qt`; B is loaded above; `slot`
                 // holds two 1 KiB tiles.
                 unsafe { product(at, slot, blk % 2 == 1, units == 2) };
                 if blk > 0 {
                     let prev = blk - 1;
                     let c = &s.c[(prev % SLOTS) * SLOT..][..2 * 256];
-                    accumulate(&mut s.acc, c, prev, units, n, &scales, a, groups, gg, zero);
+                    accumulate(&mut s.acc, c, prev, units, n, &scales, a, gg, zero);
                 }
             }
             let last = blocks - 1;
             let c = &s.c[(last % SLOTS) * SLOT..][..2 * 256];
-            accumulate(&mut s.acc, c, last, units, n, &scales, a, groups, gg, zero);
+            accumulate(&mut s.acc, c, last, units, n, &scales, a, gg, zero);
         }
     }
     for u in 0..units {
@@ -382,13 +382,13 @@ fn accumulate(
     n: usize,
     scales: &[(__m512, __m512); 2],
     a: &Activations,
-    groups: usize,
     gg: usize,
     zero: bool,
 ) {
     let t0 = blk * BLOCK;
-    let qd = &a.qdt[(blk * groups + gg) * BLOCK..][..BLOCK];
-    let zs = &a.zst[(blk * groups + gg) * BLOCK..][..BLOCK];
+    let blocks = a.n / BLOCK;
+    let qd = &a.qdt[(gg * blocks + blk) * BLOCK..][..BLOCK];
+    let zs = &a.zst[(gg * blocks + blk) * BLOCK..][..BLOCK];
     for (u, &(d, z)) in scales.iter().enumerate().take(units) {
         let tile = &c[256 * u..][..256];
         let sums = &mut acc[u * n + t0..][..BLOCK];
