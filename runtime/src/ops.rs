@@ -103,7 +103,12 @@ pub fn exp_fast(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     let x = x.clamp(-87.3, 88.0);
-    let n = (x * std::f32::consts::LOG2_E + MAGIC) - MAGIC;
+    let shifted = x * std::f32::consts::LOG2_E + MAGIC;
+    let n = shifted - MAGIC;
+    // `n` as an integer straight from the bits (|n| ≤ 127 sits in the low mantissa bits of
+    // `shifted`): `n as i32` is a saturating conversion that compiles to one scalar step per
+    // lane, which made the whole FFN gate scalar.
+    let ni = (shifted.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
     let r = (x - n * LN2_HI) - n * LN2_LO;
     let mut p = 1.987_569_1e-4f32;
     p = p * r + 1.398_199_9e-3;
@@ -112,7 +117,7 @@ pub fn exp_fast(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let e = p * r * r + r + 1.0;
-    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    e * f32::from_bits(((ni + 127) as u32) << 23)
 }
 
 /// The FFN's gate over whole rows: `g[i] = act(g[i])·u[i]` with SiLU or tanh-approximated GELU,
