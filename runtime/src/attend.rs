@@ -145,22 +145,20 @@ mod avx2 {
         for o in outs.iter() {
             assert!(o.len() == d);
         }
-        for c in (0..full).step_by(8) {
-            let mut acc = [_mm256_setzero_ps(); QUERIES];
-            for j in lo..=hi {
-                // SAFETY: value j holds d ≥ c + 8 floats (asserted above).
-                let v = unsafe { _mm256_loadu_ps(values[j - first].as_ptr().add(c)) };
-                for i in 0..nq {
-                    if j >= ranges[i].0 && j <= ranges[i].1 {
-                        let p = _mm256_set1_ps(weights[i][j - first]);
-                        acc[i] = _mm256_fmadd_ps(p, v, acc[i]);
-                    }
-                }
-            }
-            for i in 0..nq {
-                // SAFETY: output i holds d ≥ c + 8 floats (asserted above).
-                unsafe { _mm256_storeu_ps(outs[i].as_mut_ptr().add(c), acc[i]) };
-            }
+        // Keys every query sums (no range check), between those only some do.
+        let common = (
+            ranges.iter().map(|r| r.0).max().unwrap_or(0),
+            ranges.iter().map(|r| r.1).min().unwrap_or(0),
+        );
+        let mut c = 0;
+        while c + 16 <= full {
+            // SAFETY: c + 16 ≤ d, the length of every value and output (asserted above).
+            unsafe { slices::<2>(weights, ranges, first, values, outs, c, (lo, hi), common) };
+            c += 16;
+        }
+        if c < full {
+            // SAFETY: c + 8 ≤ d, as above.
+            unsafe { slices::<1>(weights, ranges, first, values, outs, c, (lo, hi), common) };
         }
         for i in 0..nq {
             for t in full..d {
@@ -169,6 +167,64 @@ mod avx2 {
                     s += weights[i][j - first] * values[j - first][t];
                 }
                 outs[i][t] = s;
+            }
+        }
+    }
+
+    /// `S` 8-float slices from `c` of every query's sum: each key's slices loaded once for all
+    /// queries, the sums in registers over the keys (increasing order, one FMA per key and
+    /// lane whatever `S`), range checks only outside the keys `common` to every query.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `c + 8·S` ≤ the length of every value of keys `lo ..= hi` and every output.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn slices<const S: usize>(
+        weights: &[&[f32]],
+        ranges: &[(usize, usize)],
+        first: usize,
+        values: &[&[f32]],
+        outs: &mut [&mut [f32]],
+        c: usize,
+        (lo, hi): (usize, usize),
+        (clo, chi): (usize, usize),
+    ) {
+        let nq = weights.len();
+        let mut acc = [[_mm256_setzero_ps(); S]; QUERIES];
+        let mut key = |j: usize, checked: bool| {
+            let vp = values[j - first].as_ptr();
+            // SAFETY: value j holds c + 8·S floats (this function's contract).
+            let v: [__m256; S] =
+                std::array::from_fn(|s| unsafe { _mm256_loadu_ps(vp.add(c + 8 * s)) });
+            for i in 0..nq {
+                if !checked || (j >= ranges[i].0 && j <= ranges[i].1) {
+                    let p = _mm256_set1_ps(weights[i][j - first]);
+                    for s in 0..S {
+                        acc[i][s] = _mm256_fmadd_ps(p, v[s], acc[i][s]);
+                    }
+                }
+            }
+        };
+        if clo <= chi {
+            for j in lo..clo {
+                key(j, true);
+            }
+            for j in clo..=chi {
+                key(j, false);
+            }
+            for j in chi + 1..=hi {
+                key(j, true);
+            }
+        } else {
+            for j in lo..=hi {
+                key(j, true);
+            }
+        }
+        for i in 0..nq {
+            for s in 0..S {
+                // SAFETY: output i holds c + 8·S floats (this function's contract).
+                unsafe { _mm256_storeu_ps(outs[i].as_mut_ptr().add(c + 8 * s), acc[i][s]) };
             }
         }
     }
@@ -217,20 +273,25 @@ mod tests {
             // Weighted sums over each query's own causal range.
             let ws = vecs(4, 7, 3);
             let w: Vec<&[f32]> = ws.iter().map(|v| &v[..]).collect();
-            let ranges = [(0, 3), (1, 4), (2, 5), (2, 6)];
-            let mut outs = vec![vec![f32::NAN; d]; 4];
-            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
-            weighted_sums(&w, &ranges, 0, &k, &mut refs);
-            for i in 0..4 {
-                let mut one = vec![f32::NAN; d];
-                weighted_sums(&w[i..i + 1], &ranges[i..i + 1], 0, &k, &mut [&mut one[..]]);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&one), bits(&outs[i]), "d={d} query {i}");
-                for t in 0..d {
-                    let exact: f64 = (ranges[i].0..=ranges[i].1)
-                        .map(|j| ws[i][j] as f64 * ks[j][t] as f64)
-                        .sum();
-                    assert!((one[t] as f64 - exact).abs() < 1e-4);
+            // Overlapping windows, then windows with no key common to all.
+            for ranges in [
+                [(0, 3), (1, 4), (2, 5), (2, 6)],
+                [(0, 1), (0, 2), (3, 5), (4, 6)],
+            ] {
+                let mut outs = vec![vec![f32::NAN; d]; 4];
+                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+                weighted_sums(&w, &ranges, 0, &k, &mut refs);
+                for i in 0..4 {
+                    let mut one = vec![f32::NAN; d];
+                    weighted_sums(&w[i..i + 1], &ranges[i..i + 1], 0, &k, &mut [&mut one[..]]);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&one), bits(&outs[i]), "d={d} query {i}");
+                    for t in 0..d {
+                        let exact: f64 = (ranges[i].0..=ranges[i].1)
+                            .map(|j| ws[i][j] as f64 * ks[j][t] as f64)
+                            .sum();
+                        assert!((one[t] as f64 - exact).abs() < 1e-4);
+                    }
                 }
             }
         }
