@@ -221,10 +221,10 @@ mod avx2 {
                 key(j, true);
             }
         }
-        for i in 0..nq {
-            for s in 0..S {
-                // SAFETY: output i holds c + 8·S floats (this function's contract).
-                unsafe { _mm256_storeu_ps(outs[i].as_mut_ptr().add(c + 8 * s), acc[i][s]) };
+        for (out, sums) in outs.iter_mut().zip(&acc) {
+            for (s, &sum) in sums.iter().enumerate() {
+                // SAFETY: every output holds c + 8·S floats (this function's contract).
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * s), sum) };
             }
         }
     }
