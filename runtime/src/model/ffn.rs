@@ -17,6 +17,8 @@ pub(super) struct Ffn {
 /// The FFN's intermediate rows, allocated once per pass and reused by every layer.
 pub(super) struct Scratch {
     g: Vec<f32>,
+    /// The up product's rows, only where the backend does not gate in one pass (allocated on
+    /// first use).
     u: Vec<f32>,
 }
 
@@ -25,7 +27,7 @@ impl Scratch {
     pub fn new(rows: usize, ffn: usize) -> Scratch {
         Scratch {
             g: vec![0f32; rows * ffn],
-            u: vec![0f32; rows * ffn],
+            u: Vec::new(),
         }
     }
 }
@@ -70,6 +72,9 @@ impl Ffn {
         let ffn = m.spec.ffn;
         let g = &mut g[..n * ffn];
         if !m.matmul_gated(&self.gate, &self.up, x, n, g)? {
+            if u.len() < n * ffn {
+                u.resize(n * ffn, 0.0);
+            }
             let u = &mut u[..n * ffn];
             m.matmul_many(&[&self.gate, &self.up], x, n, &mut [&mut g[..], &mut u[..]])?;
             let act = m.spec.act;
