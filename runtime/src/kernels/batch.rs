@@ -118,8 +118,13 @@ const TASK_BYTES: usize = 64 << 10;
 /// ms against 8.4–8.6 at 64 KiB, one thread).
 const BATCH_TASK_BYTES: usize = 256 << 10;
 
+/// Most bytes of one matrix's rows a task keeps for every token in its thread's scratch (which
+/// stays allocated between calls): a long prompt gets tasks of fewer rows.
+const SCRATCH_BYTES: usize = 1 << 20;
+
 /// A matrix's row blocks in tasks of [`TASK_BYTES`] or, for `n ≥ 16` tokens,
-/// [`BATCH_TASK_BYTES`] of tiles (`share` matrices read per task).
+/// [`BATCH_TASK_BYTES`] of tiles (`share` matrices read per task), and at most
+/// [`SCRATCH_BYTES`] of rows per matrix.
 fn row_tasks(m: &QMatrix<'_>, share: usize, n: usize) -> impl Iterator<Item = (usize, usize)> {
     let rbs = m.row_blocks();
     let bytes = if n >= 16 {
@@ -127,7 +132,9 @@ fn row_tasks(m: &QMatrix<'_>, share: usize, n: usize) -> impl Iterator<Item = (u
     } else {
         TASK_BYTES
     };
-    let per_task = (bytes / (share * m.ct * m.layout.bytes)).clamp(1, 64);
+    let by_tiles = bytes / (share * m.ct * m.layout.bytes);
+    let by_scratch = SCRATCH_BYTES / (n.max(1) * m.layout.rows * 4);
+    let per_task = by_tiles.min(by_scratch).clamp(1, 64);
     (0..rbs)
         .step_by(per_task)
         .map(move |rb0| (rb0, (rb0 + per_task).min(rbs)))
