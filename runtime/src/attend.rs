@@ -58,8 +58,8 @@ pub fn weighted_sums(
     );
     #[cfg(target_arch = "x86_64")]
     if simd() {
-        // SAFETY: `simd()` checked AVX2 and FMA.
-        return unsafe { avx2::weighted_sums(weights, ranges, first, values, outs) };
+        // SAFETY: `simd()` checked AVX2 and FMA; `wide()` AVX-512 F.
+        return unsafe { avx2::weighted_sums(weights, ranges, first, values, outs, wide()) };
     }
     for ((w, &(lo, hi)), out) in weights.iter().zip(ranges).zip(outs.iter_mut()) {
         out.fill(0.0);
@@ -67,6 +67,84 @@ pub fn weighted_sums(
             let p = w[j - first];
             for (o, &v) in out.iter_mut().zip(values[j - first]) {
                 *o += p * v;
+            }
+        }
+    }
+}
+
+/// Whether the weighted sums take 16-float slices (AVX-512 F): where the CPU has it and the
+/// kernel path is an AVX-512 one (`ONEBIT_KERNELS=avx2` keeps everything on AVX2 for side-by-side
+/// runs). Each output element's arithmetic is the same either way, so are the numbers.
+#[cfg(target_arch = "x86_64")]
+fn wide() -> bool {
+    use crate::kernels::Path;
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WIDE.get_or_init(|| {
+        std::is_x86_feature_detected!("avx512f")
+            && matches!(Path::detect(), Path::Amx | Path::Avx512Vnni)
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::QUERIES;
+
+    /// `S` 16-float slices from `c` of every query's sum, as `avx2::slices` does with 8-float
+    /// ones: each key's slices loaded once for all queries, the sums in registers over the keys
+    /// (increasing order, one FMA per key and lane), range checks only outside the keys
+    /// `common` to every query.
+    ///
+    /// # Safety
+    /// AVX-512 F; `c + 16·S` ≤ the length of every value of keys `lo ..= hi` and every output.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn slices<const S: usize>(
+        weights: &[&[f32]],
+        ranges: &[(usize, usize)],
+        first: usize,
+        values: &[&[f32]],
+        outs: &mut [&mut [f32]],
+        c: usize,
+        (lo, hi): (usize, usize),
+        (clo, chi): (usize, usize),
+    ) {
+        let nq = weights.len();
+        let mut acc = [[_mm512_setzero_ps(); S]; QUERIES];
+        let mut key = |j: usize, checked: bool| {
+            let vp = values[j - first].as_ptr();
+            // SAFETY: value j holds c + 16·S floats (this function's contract).
+            let v: [__m512; S] =
+                std::array::from_fn(|s| unsafe { _mm512_loadu_ps(vp.add(c + 16 * s)) });
+            for i in 0..nq {
+                if !checked || (j >= ranges[i].0 && j <= ranges[i].1) {
+                    let p = _mm512_set1_ps(weights[i][j - first]);
+                    for s in 0..S {
+                        acc[i][s] = _mm512_fmadd_ps(p, v[s], acc[i][s]);
+                    }
+                }
+            }
+        };
+        if clo <= chi {
+            for j in lo..clo {
+                key(j, true);
+            }
+            for j in clo..=chi {
+                key(j, false);
+            }
+            for j in chi + 1..=hi {
+                key(j, true);
+            }
+        } else {
+            for j in lo..=hi {
+                key(j, true);
+            }
+        }
+        for (out, sums) in outs.iter_mut().zip(&acc) {
+            for (s, &sum) in sums.iter().enumerate() {
+                // SAFETY: every output holds c + 16·S floats (this function's contract).
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(c + 16 * s), sum) };
             }
         }
     }
@@ -122,7 +200,8 @@ mod avx2 {
         }
     }
 
-    /// See `super::weighted_sums`.
+    /// See `super::weighted_sums`; `wide`: the CPU has AVX-512 F, and whole 64- and 16-float
+    /// slices take its registers.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn weighted_sums(
         weights: &[&[f32]],
@@ -130,6 +209,7 @@ mod avx2 {
         first: usize,
         values: &[&[f32]],
         outs: &mut [&mut [f32]],
+        wide: bool,
     ) {
         let nq = weights.len();
         let d = outs[0].len();
@@ -151,6 +231,27 @@ mod avx2 {
             ranges.iter().map(|r| r.1).min().unwrap_or(0),
         );
         let mut c = 0;
+        let (keys, common) = ((lo, hi), common);
+        if wide {
+            while c + 64 <= full {
+                // SAFETY: AVX-512 F (the caller's `wide`); c + 64 ≤ d (asserted above).
+                unsafe {
+                    super::avx512::slices::<4>(
+                        weights, ranges, first, values, outs, c, keys, common,
+                    )
+                };
+                c += 64;
+            }
+            while c + 16 <= full {
+                // SAFETY: as above, c + 16 ≤ d.
+                unsafe {
+                    super::avx512::slices::<1>(
+                        weights, ranges, first, values, outs, c, keys, common,
+                    )
+                };
+                c += 16;
+            }
+        }
         while c + 16 <= full {
             // SAFETY: c + 16 ≤ d, the length of every value and output (asserted above).
             unsafe { slices::<2>(weights, ranges, first, values, outs, c, (lo, hi), common) };
@@ -244,9 +345,36 @@ mod tests {
             .collect()
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn sixteen_float_slices_give_the_eight_float_sums_bit_for_bit() {
+        if !(simd() && std::is_x86_feature_detected!("avx512f")) {
+            eprintln!("no AVX-512 F on this CPU: nothing to compare");
+            return;
+        }
+        for d in [16, 64, 128, 200] {
+            let ks = vecs(9, d, 5);
+            let k: Vec<&[f32]> = ks.iter().map(|v| &v[..]).collect();
+            let ws = vecs(4, 9, 6);
+            let w: Vec<&[f32]> = ws.iter().map(|v| &v[..]).collect();
+            let ranges = [(0, 5), (1, 6), (2, 7), (3, 8)];
+            let [narrow, wide] = [false, true].map(|wide| {
+                let mut outs = vec![vec![f32::NAN; d]; 4];
+                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+                // SAFETY: AVX2 and FMA (`simd()`), AVX-512 F checked above.
+                unsafe { avx2::weighted_sums(&w, &ranges, 0, &k, &mut refs, wide) };
+                outs.concat()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect::<Vec<_>>()
+            });
+            assert_eq!(narrow, wide, "d={d}");
+        }
+    }
+
     #[test]
     fn a_query_gets_the_same_bits_alone_and_in_any_block() {
-        for d in [8, 64, 72, 100] {
+        for d in [8, 64, 72, 100, 128, 200] {
             let qs = vecs(4, d, 5);
             let ks = vecs(7, d, 9);
             let q: Vec<&[f32]> = qs.iter().map(|v| &v[..]).collect();
