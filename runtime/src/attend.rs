@@ -72,6 +72,72 @@ pub fn weighted_sums(
     }
 }
 
+/// The weighted sums' inner loop for one register width (AVX2's 8 floats, AVX-512's 16): `S`
+/// slices of `$w` floats from `c` of every query's sum. Each key's slices are loaded once for all
+/// queries and the sums stay in registers over the keys (increasing order, one FMA per key and
+/// lane, so the width never changes a number), with range checks only outside the keys
+/// `(clo, chi)` common to every query.
+#[cfg(target_arch = "x86_64")]
+macro_rules! slices_fn {
+    ($feat:literal, $w:literal, $v:ty, $zero:ident, $load:ident, $set1:ident, $fma:ident, $store:ident) => {
+        /// See `slices_fn!`.
+        ///
+        /// # Safety
+        /// The CPU has the function's features; `c + w·S` ≤ the length of every value of keys
+        /// `lo ..= hi` and every output.
+        #[allow(clippy::too_many_arguments)]
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub(super) unsafe fn slices<const S: usize>(
+            weights: &[&[f32]],
+            ranges: &[(usize, usize)],
+            first: usize,
+            values: &[&[f32]],
+            outs: &mut [&mut [f32]],
+            c: usize,
+            (lo, hi): (usize, usize),
+            (clo, chi): (usize, usize),
+        ) {
+            let nq = weights.len();
+            let mut acc = [[$zero(); S]; QUERIES];
+            let mut key = |j: usize, checked: bool| {
+                let vp = values[j - first].as_ptr();
+                // SAFETY: value j holds c + w·S floats (this function's contract).
+                let v: [$v; S] = std::array::from_fn(|s| unsafe { $load(vp.add(c + $w * s)) });
+                for i in 0..nq {
+                    if !checked || (j >= ranges[i].0 && j <= ranges[i].1) {
+                        let p = $set1(weights[i][j - first]);
+                        for s in 0..S {
+                            acc[i][s] = $fma(p, v[s], acc[i][s]);
+                        }
+                    }
+                }
+            };
+            if clo <= chi {
+                for j in lo..clo {
+                    key(j, true);
+                }
+                for j in clo..=chi {
+                    key(j, false);
+                }
+                for j in chi + 1..=hi {
+                    key(j, true);
+                }
+            } else {
+                for j in lo..=hi {
+                    key(j, true);
+                }
+            }
+            for (out, sums) in outs.iter_mut().zip(&acc) {
+                for (s, &sum) in sums.iter().enumerate() {
+                    // SAFETY: every output holds c + w·S floats (this function's contract).
+                    unsafe { $store(out.as_mut_ptr().add(c + $w * s), sum) };
+                }
+            }
+        }
+    };
+}
+
 /// Whether the weighted sums take 16-float slices (AVX-512 F): where the CPU has it and the
 /// kernel path is an AVX-512 one (`ONEBIT_KERNELS=avx2` keeps everything on AVX2 for side-by-side
 /// runs). Each output element's arithmetic is the same either way, so are the numbers.
@@ -91,63 +157,16 @@ mod avx512 {
 
     use super::QUERIES;
 
-    /// `S` 16-float slices from `c` of every query's sum, as `avx2::slices` does with 8-float
-    /// ones: each key's slices loaded once for all queries, the sums in registers over the keys
-    /// (increasing order, one FMA per key and lane), range checks only outside the keys
-    /// `common` to every query.
-    ///
-    /// # Safety
-    /// AVX-512 F; `c + 16·S` ≤ the length of every value of keys `lo ..= hi` and every output.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn slices<const S: usize>(
-        weights: &[&[f32]],
-        ranges: &[(usize, usize)],
-        first: usize,
-        values: &[&[f32]],
-        outs: &mut [&mut [f32]],
-        c: usize,
-        (lo, hi): (usize, usize),
-        (clo, chi): (usize, usize),
-    ) {
-        let nq = weights.len();
-        let mut acc = [[_mm512_setzero_ps(); S]; QUERIES];
-        let mut key = |j: usize, checked: bool| {
-            let vp = values[j - first].as_ptr();
-            // SAFETY: value j holds c + 16·S floats (this function's contract).
-            let v: [__m512; S] =
-                std::array::from_fn(|s| unsafe { _mm512_loadu_ps(vp.add(c + 16 * s)) });
-            for i in 0..nq {
-                if !checked || (j >= ranges[i].0 && j <= ranges[i].1) {
-                    let p = _mm512_set1_ps(weights[i][j - first]);
-                    for s in 0..S {
-                        acc[i][s] = _mm512_fmadd_ps(p, v[s], acc[i][s]);
-                    }
-                }
-            }
-        };
-        if clo <= chi {
-            for j in lo..clo {
-                key(j, true);
-            }
-            for j in clo..=chi {
-                key(j, false);
-            }
-            for j in chi + 1..=hi {
-                key(j, true);
-            }
-        } else {
-            for j in lo..=hi {
-                key(j, true);
-            }
-        }
-        for (out, sums) in outs.iter_mut().zip(&acc) {
-            for (s, &sum) in sums.iter().enumerate() {
-                // SAFETY: every output holds c + 16·S floats (this function's contract).
-                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(c + 16 * s), sum) };
-            }
-        }
-    }
+    slices_fn!(
+        "avx512f",
+        16,
+        __m512,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_storeu_ps
+    );
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -272,63 +291,16 @@ mod avx2 {
         }
     }
 
-    /// `S` 8-float slices from `c` of every query's sum: each key's slices loaded once for all
-    /// queries, the sums in registers over the keys (increasing order, one FMA per key and
-    /// lane whatever `S`), range checks only outside the keys `common` to every query.
-    ///
-    /// # Safety
-    /// AVX2 and FMA; `c + 8·S` ≤ the length of every value of keys `lo ..= hi` and every output.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn slices<const S: usize>(
-        weights: &[&[f32]],
-        ranges: &[(usize, usize)],
-        first: usize,
-        values: &[&[f32]],
-        outs: &mut [&mut [f32]],
-        c: usize,
-        (lo, hi): (usize, usize),
-        (clo, chi): (usize, usize),
-    ) {
-        let nq = weights.len();
-        let mut acc = [[_mm256_setzero_ps(); S]; QUERIES];
-        let mut key = |j: usize, checked: bool| {
-            let vp = values[j - first].as_ptr();
-            // SAFETY: value j holds c + 8·S floats (this function's contract).
-            let v: [__m256; S] =
-                std::array::from_fn(|s| unsafe { _mm256_loadu_ps(vp.add(c + 8 * s)) });
-            for i in 0..nq {
-                if !checked || (j >= ranges[i].0 && j <= ranges[i].1) {
-                    let p = _mm256_set1_ps(weights[i][j - first]);
-                    for s in 0..S {
-                        acc[i][s] = _mm256_fmadd_ps(p, v[s], acc[i][s]);
-                    }
-                }
-            }
-        };
-        if clo <= chi {
-            for j in lo..clo {
-                key(j, true);
-            }
-            for j in clo..=chi {
-                key(j, false);
-            }
-            for j in chi + 1..=hi {
-                key(j, true);
-            }
-        } else {
-            for j in lo..=hi {
-                key(j, true);
-            }
-        }
-        for (out, sums) in outs.iter_mut().zip(&acc) {
-            for (s, &sum) in sums.iter().enumerate() {
-                // SAFETY: every output holds c + 8·S floats (this function's contract).
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * s), sum) };
-            }
-        }
-    }
+    slices_fn!(
+        "avx2,fma",
+        8,
+        __m256,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_storeu_ps
+    );
 }
 
 #[cfg(test)]
