@@ -311,6 +311,26 @@ unsafe fn tiles(
     }
 }
 
+/// One tile step as one `asm!` block: zero the C tiles, load A (16 rows of 32 bytes at `$a`)
+/// into tile `$at`, multiply it by each B tile into its C tile, and store each C tile (16 rows of
+/// 64 bytes) at byte `$off` of `$c`. Tile registers are operands of the instruction text, so each
+/// register set is its own invocation.
+macro_rules! tile_step {
+    ($a:expr, $c:expr, $at:literal; $(($ct:literal, $bt:literal, $off:literal)),+) => {
+        asm!(
+            $(concat!("tilezero ", $ct),)+
+            concat!("tileloadd ", $at, ", [{a} + {sa}*1]"),
+            $(concat!("tdpbssd ", $ct, ", ", $at, ", ", $bt),)+
+            $(concat!("tilestored [{c} + {sb}*1 + ", $off, "], ", $ct),)+
+            a = in(reg) $a,
+            sa = in(reg) 32usize,
+            sb = in(reg) 64usize,
+            c = in(reg) $c,
+            options(nostack)
+        )
+    };
+}
+
 /// One block of 16 tokens times the loaded B tiles (tmm6, and tmm7 when `two` units): C tile of
 /// unit `v` into `c[256·v ..]`, 16 tokens × 16 rows of exact i32 sums. `odd` blocks use tmm2–3
 /// and tmm5, even ones tmm0–1 and tmm4.
@@ -325,56 +345,14 @@ unsafe fn product(a: *const i8, c: &mut [i32], odd: bool, two: bool) {
     // SAFETY (every arm): as this function's contract.
     unsafe {
         match (odd, two) {
-            (false, true) => asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tileloadd tmm4, [{a} + {sa}*1]",
-                "tdpbssd tmm0, tmm4, tmm6",
-                "tdpbssd tmm1, tmm4, tmm7",
-                "tilestored [{c} + {sb}*1], tmm0",
-                "tilestored [{c} + {sb}*1 + 1024], tmm1",
-                a = in(reg) a,
-                sa = in(reg) 32usize,
-                sb = in(reg) 64usize,
-                c = in(reg) c,
-                options(nostack)
-            ),
-            (true, true) => asm!(
-                "tilezero tmm2",
-                "tilezero tmm3",
-                "tileloadd tmm5, [{a} + {sa}*1]",
-                "tdpbssd tmm2, tmm5, tmm6",
-                "tdpbssd tmm3, tmm5, tmm7",
-                "tilestored [{c} + {sb}*1], tmm2",
-                "tilestored [{c} + {sb}*1 + 1024], tmm3",
-                a = in(reg) a,
-                sa = in(reg) 32usize,
-                sb = in(reg) 64usize,
-                c = in(reg) c,
-                options(nostack)
-            ),
-            (false, false) => asm!(
-                "tilezero tmm0",
-                "tileloadd tmm4, [{a} + {sa}*1]",
-                "tdpbssd tmm0, tmm4, tmm6",
-                "tilestored [{c} + {sb}*1], tmm0",
-                a = in(reg) a,
-                sa = in(reg) 32usize,
-                sb = in(reg) 64usize,
-                c = in(reg) c,
-                options(nostack)
-            ),
-            (true, false) => asm!(
-                "tilezero tmm2",
-                "tileloadd tmm5, [{a} + {sa}*1]",
-                "tdpbssd tmm2, tmm5, tmm6",
-                "tilestored [{c} + {sb}*1], tmm2",
-                a = in(reg) a,
-                sa = in(reg) 32usize,
-                sb = in(reg) 64usize,
-                c = in(reg) c,
-                options(nostack)
-            ),
+            (false, true) => {
+                tile_step!(a, c, "tmm4"; ("tmm0", "tmm6", "0"), ("tmm1", "tmm7", "1024"))
+            }
+            (true, true) => {
+                tile_step!(a, c, "tmm5"; ("tmm2", "tmm6", "0"), ("tmm3", "tmm7", "1024"))
+            }
+            (false, false) => tile_step!(a, c, "tmm4"; ("tmm0", "tmm6", "0")),
+            (true, false) => tile_step!(a, c, "tmm5"; ("tmm2", "tmm6", "0")),
         }
     }
 }

@@ -66,33 +66,48 @@ pub fn matmul_many(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize, ys: &m
     }
     // Every task writes its own rows of its matrix's output: disjoint ranges, written through
     // raw pointers so that no two tasks hold a `&mut` to the same slice.
-    let dst: Vec<Dest> = ys.iter_mut().map(|y| Dest(y.as_mut_ptr())).collect();
+    let dst: Vec<Dest> = ys
+        .iter_mut()
+        .zip(mats)
+        .map(|(y, m)| Dest::new(y, m.rows))
+        .collect();
     tasks.into_par_iter().for_each(|(i, rb0, rb1)| {
         let m = &mats[i];
-        let r_tile = m.layout.rows;
-        let nrows = (rb1 - rb0) * r_tile;
-        SCRATCH.with(|s| {
-            let mut out = s.borrow_mut();
-            out.clear();
-            out.resize(n * nrows, 0.0);
-            for rb in rb0..rb1 {
-                m.block(path, rb, &acts, &mut out, nrows, (rb - rb0) * r_tile);
-            }
-            let r0 = rb0 * r_tile;
+        in_scratch(path, &[m], &acts, (rb0, rb1), n, |out, nrows| {
+            let r0 = rb0 * m.layout.rows;
             let take = nrows.min(m.rows - r0);
             for t in 0..n {
-                // SAFETY: `ys[i]` holds `n × m.rows` values (asserted above) and is borrowed
-                // mutably for this whole call; this task alone writes its rows `r0 .. r0+take`
-                // (the tasks' row ranges of one matrix do not overlap), here for token `t`.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        out[t * nrows..][..take].as_ptr(),
-                        dst[i].at(t * m.rows + r0),
-                        take,
-                    );
-                }
+                // SAFETY: this task alone writes rows `r0 .. r0+take` of matrix `i` (the tasks'
+                // row ranges of one matrix do not overlap), inside its `m.rows`.
+                unsafe { dst[i].write(t, r0, &out[t * nrows..][..take]) };
             }
         });
+    });
+}
+
+/// Row blocks `rb0 .. rb1` of each of `mats` (one row tiling) for all `n` tokens into this
+/// thread's scratch, `n × nrows` per matrix one after another (token-major, `nrows` apart),
+/// then `finish(scratch, nrows)`.
+fn in_scratch(
+    path: Path,
+    mats: &[&QMatrix<'_>],
+    acts: &Activations,
+    (rb0, rb1): (usize, usize),
+    n: usize,
+    finish: impl FnOnce(&mut [f32], usize),
+) {
+    let r_tile = mats[0].layout.rows;
+    let nrows = (rb1 - rb0) * r_tile;
+    SCRATCH.with(|s| {
+        let mut buf = s.borrow_mut();
+        buf.clear();
+        buf.resize(mats.len() * n * nrows, 0.0);
+        for (m, part) in mats.iter().zip(buf.chunks_exact_mut(n * nrows)) {
+            for rb in rb0..rb1 {
+                m.block(path, rb, acts, part, nrows, (rb - rb0) * r_tile);
+            }
+        }
+        finish(&mut buf, nrows);
     });
 }
 
@@ -166,45 +181,54 @@ pub fn matmul_gated(
     }
     let acts = prepare(path, &[*gate, *up], x, n);
     let tasks: Vec<(usize, usize)> = row_tasks(gate, 2, n).collect();
-    let dst = Dest(h.as_mut_ptr());
     let rows = gate.rows;
+    let dst = Dest::new(h, rows);
     tasks.into_par_iter().for_each(|(rb0, rb1)| {
-        let r_tile = gate.layout.rows;
-        let nrows = (rb1 - rb0) * r_tile;
-        SCRATCH.with(|s| {
-            let mut buf = s.borrow_mut();
-            buf.clear();
-            buf.resize(2 * n * nrows, 0.0);
+        in_scratch(path, &[gate, up], &acts, (rb0, rb1), n, |buf, nrows| {
             let (g, u) = buf.split_at_mut(n * nrows);
-            for rb in rb0..rb1 {
-                gate.block(path, rb, &acts, g, nrows, (rb - rb0) * r_tile);
-                up.block(path, rb, &acts, u, nrows, (rb - rb0) * r_tile);
-            }
-            let r0 = rb0 * r_tile;
+            let r0 = rb0 * gate.layout.rows;
             let take = nrows.min(rows - r0);
             for t in 0..n {
                 let row = &mut g[t * nrows..][..take];
                 f(row, &u[t * nrows..][..take]);
-                // SAFETY: `h` holds `n × rows` values (asserted above) and is borrowed mutably
-                // for this whole call; this task alone writes its rows `r0 .. r0+take`.
-                unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), dst.at(t * rows + r0), take) };
+                // SAFETY: this task alone writes rows `r0 .. r0+take`, inside `rows`.
+                unsafe { dst.write(t, r0, row) };
             }
         });
     });
     Some(())
 }
 
-/// A matrix's output as a raw pointer, shared by the tasks that write its disjoint row ranges.
-struct Dest(*mut f32);
+/// A matrix's output (`n × rows`) as a raw pointer, shared by the tasks that write its disjoint
+/// row ranges.
+struct Dest {
+    ptr: *mut f32,
+    len: usize,
+    rows: usize,
+}
 
 impl Dest {
-    /// The address of element `i`.
+    /// `y`, `rows` wide; it stays mutably borrowed by the call for as long as tasks write.
+    fn new(y: &mut [f32], rows: usize) -> Dest {
+        Dest {
+            ptr: y.as_mut_ptr(),
+            len: y.len(),
+            rows,
+        }
+    }
+
+    /// `src` into token `t`'s rows from `r0`.
     ///
     /// # Safety
-    /// `i` lies inside the output.
-    unsafe fn at(&self, i: usize) -> *mut f32 {
-        // SAFETY: as this function's contract.
-        unsafe { self.0.add(i) }
+    /// No other task writes those rows of token `t` meanwhile; `r0 + src.len() ≤ rows`.
+    unsafe fn write(&self, t: usize, r0: usize, src: &[f32]) {
+        let at = t * self.rows + r0;
+        assert!(
+            r0 + src.len() <= self.rows && at + src.len() <= self.len,
+            "inside the output"
+        );
+        // SAFETY: inside the output (asserted above); the caller owns these elements for now.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(at), src.len()) };
     }
 }
 
