@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     match cli::dispatch(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", cli::render(&e));
             ExitCode::from(cli::exit_code_of(&e))
         }
     }

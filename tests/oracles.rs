@@ -110,7 +110,8 @@ fn load(case: &str, quant: &str, tile: TileChoice, hub_config: bool, tmp: &Path)
         fetch: None,
         repair: false,
     };
-    let graph = import_graph(&source).expect("graph");
+    let graph =
+        import_graph(&source, std::sync::Arc::new(onebit_runtime::HostKernels)).expect("graph");
     let opts = RunOptions {
         jobs: 2,
         ref_name: Some(format!("oracle/{case}-{quant}")),
@@ -387,7 +388,8 @@ fn verdict_of(repo: &Path, gguf: &Path, home: &Path, tensor: &str) -> (Value, Ve
         fetch: None,
         repair: false,
     };
-    let graph = import_graph(&source).expect("graph");
+    let graph =
+        import_graph(&source, std::sync::Arc::new(onebit_runtime::HostKernels)).expect("graph");
     let opts = RunOptions {
         jobs: 2,
         ref_name: None,

@@ -48,7 +48,8 @@ fn import(dir: &Path, reference: Option<&Path>, repair: bool, home: &Path) -> Ru
         fetch: None,
         repair,
     };
-    let graph = import_graph(&source).expect("graph");
+    let graph =
+        import_graph(&source, std::sync::Arc::new(onebit_runtime::HostKernels)).expect("graph");
     let opts = RunOptions {
         jobs: 2,
         ref_name: None,
@@ -238,7 +239,7 @@ fn with_broken_head(case: &str, to: &Path) -> PathBuf {
     drop(c);
     let mut bytes = std::fs::read(to.join("model.q4nx")).expect("read");
     let kind = TileKind::Q41_5120;
-    let l = kind.lanes();
+    let l = kind.layout();
     let plane = 2 * l.rows * l.groups();
     for tile in bytes[start..start + t.nbytes() as usize].chunks_exact_mut(kind.bytes()) {
         let (d, rest) = tile.split_at_mut(plane);

@@ -40,7 +40,8 @@ fn main() {
         };
         run_graph(
             &store,
-            &import_graph(&source).expect("graph"),
+            &import_graph(&source, std::sync::Arc::new(onebit_runtime::HostKernels))
+                .expect("graph"),
             &opts,
             &NullReporter,
         )

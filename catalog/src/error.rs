@@ -74,6 +74,18 @@ pub enum Error {
 /// Result with the catalog's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// Whether this is the query's or the caller's fault (bad SQL, a pack or tensor the store
+    /// does not hold): the command line exits 1 for it, 2 for the rest.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            Error::Sql { .. } | Error::UnknownPack { .. } | Error::UnknownTensor { .. } => true,
+            Error::Store(e) => e.is_refusal(),
+            _ => false,
+        }
+    }
+}
+
 /// Turns a DataFusion error into ours, pointing at the SQL position when the message has one
 /// ("at Line: L, Column: C").
 pub fn from_datafusion(e: datafusion::error::DataFusionError, sql: &str) -> Error {

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use onebit_stages::format::tiles::ALL_KINDS;
+use onebit_stages::format::tiles::{ALL_KINDS, TileCodec};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, rest)) = data.split_first() else { return };

@@ -150,6 +150,15 @@ pub enum Error {
 /// Result with the engine's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// Whether this is the input's fault. The engine's own errors never are: a stage that refused
+    /// its input says so through its source ([`Error::StageFailed`]), which the command line
+    /// reads by walking the error chain.
+    pub fn is_refusal(&self) -> bool {
+        false
+    }
+}
+
 /// Extension to attach a path and an operation to an I/O error, as `fs_err` does.
 pub(crate) trait IoContext<T> {
     /// Wraps the error with `op` and `path`.

@@ -109,9 +109,4 @@ impl StageContext<'_> {
             total,
         });
     }
-
-    /// The name of the running stage.
-    pub fn stage_name(&self) -> &str {
-        &self.stage
-    }
 }

@@ -54,6 +54,14 @@ pub enum Error {
 /// Result with the runtime's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// Whether this is a refusal of the input (a pack we will not run, with the reason): the
+    /// command line exits 1 for it, 2 for the rest.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, Error::Refused { .. })
+    }
+}
+
 pub(crate) trait IoContext<T> {
     fn at(self, op: &'static str, path: &std::path::Path) -> Result<T>;
 }

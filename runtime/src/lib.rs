@@ -1,10 +1,11 @@
 //! # onebit-runtime
 //!
-//! Runs verified packs. It owns the pack format ([`pack`]), the model description the forward
-//! pass is driven by ([`spec`]), the host kernels on the NPU tiles ([`kernels`]), the forward pass
-//! with its KV cache ([`model`]), text in and out ([`text`]), sampling ([`sample`]) and the
-//! generation loop ([`generate`]). It depends on no other onebit crate: everything the forward
-//! pass needs travels inside the pack.
+//! Runs verified packs. It opens packs ([`pack`]; their format and the model description the
+//! forward pass is driven by, [`spec`], are `onebit-pack`'s), runs the host kernels on the NPU
+//! tiles ([`kernels`]), the forward pass with its KV cache ([`model`]), text in and out
+//! ([`text`]), sampling ([`sample`]) and the generation loop ([`generate`]). Of the other onebit
+//! crates it depends on `onebit-pack` only: everything the forward pass needs travels inside the
+//! pack. [`HostKernels`] answers the import's kernels stage.
 
 pub mod attend;
 pub mod backend;
@@ -13,6 +14,7 @@ pub mod error;
 pub mod generate;
 pub mod grammar;
 mod head;
+mod host_check;
 pub mod kernels;
 pub mod model;
 pub mod npu;
@@ -21,11 +23,12 @@ pub mod pack;
 pub mod sample;
 #[cfg(feature = "server")]
 pub mod server;
-pub mod spec;
+pub use onebit_pack::spec;
 pub mod text;
 pub mod tools;
 
 pub use error::{Error, Result};
+pub use host_check::HostKernels;
 pub use model::{Model, Session};
 pub use pack::{Manifest, Pack};
 pub use spec::ModelSpec;

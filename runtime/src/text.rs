@@ -157,11 +157,6 @@ impl Text {
             .map_err(|e| Error::Text(format!("detokenize: {e}")))
     }
 
-    /// The text of one token as the vocabulary spells it.
-    pub fn token_text(&self, id: u32) -> Option<String> {
-        self.tokenizer().id_to_token(id)
-    }
-
     /// Token ids of a chat: the template's render, where the template's own special tokens are
     /// special and the messages' contents are user text ([`Text::encode_user`]).
     ///

@@ -74,13 +74,7 @@ pub fn exec(g: &Global, a: ConvertArgs) -> anyhow::Result<ExitCode> {
         config: a.config,
     };
     let t0 = std::time::Instant::now();
-    let report = match onebit_convert::convert(&a.gguf, &a.out, &opts) {
-        Ok(r) => r,
-        Err(e @ onebit_stages::Error::Refused { .. }) => {
-            return Err(anyhow::Error::new(super::Refused(e.to_string())));
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let report = onebit_convert::convert(&a.gguf, &a.out, &opts)?;
     if g.json {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(ExitCode::SUCCESS);

@@ -60,8 +60,7 @@ pub fn fetch_file(g: &Global, rf: &RepoFile, endpoint: Option<&str>) -> anyhow::
         return Ok(p);
     }
     let client = client_for(&endpoint_or_default(endpoint));
-    let mut resolved =
-        resolve(client.as_ref(), &cache, &rf.repo, &rf.revision).map_err(input_fault)?;
+    let mut resolved = resolve(client.as_ref(), &cache, &rf.repo, &rf.revision)?;
     resolved.files.retain(|f| f.path == rf.file);
     if resolved.files.is_empty() {
         return Err(anyhow::Error::new(Refused(format!(
@@ -70,7 +69,7 @@ pub fn fetch_file(g: &Global, rf: &RepoFile, endpoint: Option<&str>) -> anyhow::
         ))));
     }
     if let Some(client) = &client {
-        let report = ensure_snapshot(client, &cache, &resolved, 1, &|_| {}).map_err(input_fault)?;
+        let report = ensure_snapshot(client, &cache, &resolved, 1, &|_| {})?;
         if !g.quiet && !g.json {
             eprintln!(
                 "  fetch        {}:{} ({} bytes)",
@@ -116,7 +115,7 @@ pub fn prepare(
     }
     let cache = hub_cache_dir();
     let client = client_for(&endpoint);
-    let resolved = resolve(client.as_ref(), &cache, repo, revision).map_err(input_fault)?;
+    let resolved = resolve(client.as_ref(), &cache, repo, revision)?;
     if let Some(client) = &client {
         let draw = !(g.quiet || g.json || !std::io::stderr().is_terminal());
         let multi = MultiProgress::with_draw_target(if draw {
@@ -151,8 +150,7 @@ pub fn prepare(
             if p.file_size.is_some_and(|s| p.file_done >= s) {
                 bar.finish_and_clear();
             }
-        })
-        .map_err(input_fault)?;
+        })?;
         total_bar.finish_and_clear();
         let line = serde_json::json!({
             "event": "fetched",
@@ -191,20 +189,4 @@ pub fn prepare(
         }),
         repair: false,
     })
-}
-
-/// Errors that are the input's fault (unknown or private repo, bad names, failed checksums) exit
-/// with code 1; the rest (network, disk) with 2.
-fn input_fault(e: onebit_stages::hub::fetch::FetchError) -> anyhow::Error {
-    use onebit_stages::hub::client::HubError;
-    use onebit_stages::hub::fetch::FetchError;
-    match &e {
-        FetchError::Refused(_)
-        | FetchError::Integrity { .. }
-        | FetchError::NotCached { .. }
-        | FetchError::Hub(
-            HubError::NotFound { .. } | HubError::Unauthorized { .. } | HubError::Listing { .. },
-        ) => anyhow::Error::new(Refused(e.to_string())),
-        _ => anyhow::Error::new(e),
-    }
 }

@@ -13,31 +13,20 @@ use onebit_runtime::text::{Message, Text};
 use onebit_runtime::{Model, Pack};
 
 use super::Global;
+use super::source::{ImportOptions, ImportSource};
 
 /// Where the pack comes from: an imported repository (imported now if needed) or a pack folder.
 #[derive(Args, Debug, Clone)]
 pub struct PackSource {
-    /// A Hugging Face repository, imported (fetch → … → repack) before running.
-    #[arg(long, value_name = "ORG/NAME", conflicts_with_all = ["path", "pack"])]
-    pub repo: Option<String>,
-    /// Branch, tag or commit of --repo.
-    #[arg(long, default_value = "main")]
-    pub revision: String,
-    /// The hub (URL) or an offline mirror (DIR) for --repo.
-    #[arg(long, value_name = "URL|DIR")]
-    pub endpoint: Option<String>,
-    /// A local repository folder, imported before running.
-    #[arg(long, value_name = "DIR", conflicts_with = "pack")]
-    pub path: Option<PathBuf>,
-    /// The GGUF reference for verification when importing.
-    #[arg(long, value_name = "GGUF|ORG/NAME:FILE")]
-    pub reference: Option<PathBuf>,
+    /// A repository imported (fetch → … → repack) before running.
+    #[command(flatten)]
+    pub import: ImportSource,
     /// Rebuild what verification finds broken by a known converter defect before running (see
     /// `run --repair`).
-    #[arg(long, conflicts_with = "pack")]
+    #[arg(long)]
     pub repair: bool,
     /// A verified pack folder (the repack stage's output).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["repo", "path", "repair"])]
     pub pack: Option<PathBuf>,
     /// Run a pack whose verification did not pass.
     #[arg(long)]
@@ -58,23 +47,11 @@ impl PackSource {
         if let Some(p) = &self.pack {
             return Ok(p.clone());
         }
-        let a = super::run::RunArgs {
-            repo: self.repo.clone(),
-            revision: self.revision.clone(),
-            endpoint: self.endpoint.clone(),
-            downloads: 4,
-            path: self.path.clone(),
-            reference: self.reference.clone(),
+        let opts = ImportOptions {
             repair: self.repair,
-            demo: false,
-            demo_bytes: 0,
-            demo_version: 1,
-            demo_delay_ms: 0,
-            jobs: None,
-            deep: false,
-            report: false,
+            ..ImportOptions::default()
         };
-        let (report, name, _) = super::run::import(g, &a)?;
+        let (report, name, _) = super::run::import(g, &self.import, &opts)?;
         report.artifact("repack", "pack").cloned().with_context(|| {
             format!("{name}: the import made no pack (it needs config.json and tokenizer.json)")
         })
@@ -83,10 +60,10 @@ impl PackSource {
     /// Opens and loads the pack, refusing an unverified one unless allowed.
     pub fn load(&self, g: &Global) -> anyhow::Result<(Model, Text)> {
         let dir = self.resolve(g)?;
-        let pack = Pack::open(&dir, self.allow_unverified).map_err(refusal)?;
+        let pack = Pack::open(&dir, self.allow_unverified)?;
         let template = pack.manifest.chat_template.clone();
         let tok = pack.tokenizer_path();
-        let mut model = Model::load(pack).map_err(refusal)?;
+        let mut model = Model::load(pack)?;
         if let Some(k) = self.head_rescore {
             model.set_head_rescore(k);
         }
@@ -96,7 +73,7 @@ impl PackSource {
                 "head re-scored against the bf16 embedding <- tied head stored as tiles"
             );
         }
-        let check = model.self_check().map_err(refusal)?;
+        let check = model.self_check()?;
         tracing::info!(
             path = check.path,
             matrices = check.matrices,
@@ -107,13 +84,6 @@ impl PackSource {
             .with_special(model.spec.bos, model.spec.eos.first().copied())
             .with_parse_special(self.parse_special);
         Ok((model, text))
-    }
-}
-
-fn refusal(e: onebit_runtime::Error) -> anyhow::Error {
-    match e {
-        onebit_runtime::Error::Refused { .. } => anyhow::Error::new(super::Refused(e.to_string())),
-        other => anyhow::Error::new(other),
     }
 }
 

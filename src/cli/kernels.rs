@@ -32,7 +32,7 @@ pub fn exec(g: &Global, a: KernelsArgs) -> anyhow::Result<ExitCode> {
         Some(k) => axlf::scan(k)?,
         None => Vec::new(),
     };
-    let set = kernel_set(&dir, &artifacts, a.batch)?;
+    let set = kernel_set(&dir, &artifacts, a.batch, &onebit_runtime::HostKernels)?;
     if g.json {
         println!("{}", serde_json::to_string(&set)?);
     } else {

@@ -11,6 +11,7 @@ pub mod report;
 pub mod run;
 pub mod semantics;
 pub mod serve;
+pub mod source;
 pub mod sql;
 pub mod status;
 pub mod versions;
@@ -20,7 +21,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-/// An error that is the input's fault (exit code 1), as opposed to the environment's (2).
+/// A refusal the command line itself decides (a flag combination, a missing device): exit code
+/// 1. The libraries' errors say for themselves whether they are refusals ([`exit_code_of`]).
 #[derive(Debug)]
 pub struct Refused(pub String);
 
@@ -32,13 +34,52 @@ impl std::fmt::Display for Refused {
 
 impl std::error::Error for Refused {}
 
-/// The exit code for an error: 1 when some cause is a refusal of the input, else 2.
+/// The exit code for an error: 1 when some cause in its chain is a refusal of the input, as the
+/// cause's own type says (`is_refusal`), else 2.
 pub fn exit_code_of(e: &anyhow::Error) -> u8 {
-    if e.chain().any(|c| c.downcast_ref::<Refused>().is_some()) {
-        1
-    } else {
-        2
+    if e.chain().any(is_refusal) { 1 } else { 2 }
+}
+
+/// Whether one cause of an error chain is a refusal, by its type.
+fn is_refusal(cause: &(dyn std::error::Error + 'static)) -> bool {
+    use onebit_stages::hub::{client::HubError, fetch::FetchError};
+    if cause.is::<Refused>() {
+        return true;
     }
+    if let Some(e) = cause.downcast_ref::<onebit_stages::Error>() {
+        return e.is_refusal();
+    }
+    if let Some(e) = cause.downcast_ref::<onebit_runtime::Error>() {
+        return e.is_refusal();
+    }
+    if let Some(e) = cause.downcast_ref::<onebit_catalog::Error>() {
+        return e.is_refusal();
+    }
+    if let Some(e) = cause.downcast_ref::<onebit_pipeline::Error>() {
+        return e.is_refusal();
+    }
+    if let Some(e) = cause.downcast_ref::<FetchError>() {
+        return e.is_refusal();
+    }
+    cause
+        .downcast_ref::<HubError>()
+        .is_some_and(HubError::is_refusal)
+}
+
+/// The error's message and its causes, `: `-separated as `{:#}` writes them, leaving out a cause
+/// whose text the message before it already holds (an error that prints its source).
+pub fn render(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 /// onebit-pipe: turn FastFlowLM NPU2 repositories into verified packs, query them, serve them.
@@ -165,4 +206,16 @@ pub fn init_logging(g: &Global, server: bool) {
     } else {
         fmt.try_init()
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap's own consistency checks of every flag rule (conflicts, requires, groups) of every
+    /// subcommand, including the flattened source flags.
+    #[test]
+    fn every_flag_rule_names_flags_that_exist() {
+        super::Cli::command().debug_assert();
+    }
 }

@@ -8,26 +8,16 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
+use super::source::{ImportOptions, ImportSource};
 use super::{Global, Refused};
 
 /// Arguments of `repair`.
 #[derive(Args, Debug)]
 pub struct RepairArgs {
-    /// A Hugging Face repository to fetch and repair.
-    #[arg(long, value_name = "ORG/NAME", conflicts_with = "path")]
-    pub repo: Option<String>,
-    /// Branch, tag or commit of --repo.
-    #[arg(long, default_value = "main", requires = "repo")]
-    pub revision: String,
-    /// The hub (URL) or an offline mirror (DIR) for --repo.
-    #[arg(long, value_name = "URL|DIR", requires = "repo")]
-    pub endpoint: Option<String>,
-    /// A local repository folder to repair.
-    #[arg(long, value_name = "DIR")]
-    pub path: Option<PathBuf>,
-    /// A GGUF of the same model: the source of every broken tensor that is not a tied head.
-    #[arg(long, value_name = "GGUF|ORG/NAME:FILE")]
-    pub reference: Option<PathBuf>,
+    /// The repository to repair; --reference is the source of every broken tensor that is not
+    /// a tied head.
+    #[command(flatten)]
+    pub source: ImportSource,
     /// The fixed repository folder to write (must not exist, or be empty).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -41,23 +31,11 @@ pub fn exec(g: &Global, a: RepairArgs) -> anyhow::Result<ExitCode> {
             a.out.display()
         )));
     }
-    let run = super::run::RunArgs {
-        repo: a.repo.clone(),
-        revision: a.revision.clone(),
-        endpoint: a.endpoint.clone(),
-        downloads: 4,
-        path: a.path.clone(),
-        reference: a.reference.clone(),
+    let opts = ImportOptions {
         repair: true,
-        demo: false,
-        demo_bytes: 0,
-        demo_version: 1,
-        demo_delay_ms: 0,
-        jobs: None,
-        deep: false,
-        report: false,
+        ..ImportOptions::default()
     };
-    let (report, name, dir) = super::run::import(g, &run)?;
+    let (report, name, dir) = super::run::import(g, &a.source, &opts)?;
     let dir = dir.context("the import read no repository folder")?;
     let artifact = |output: &str| {
         report

@@ -10,6 +10,7 @@ use onebit_catalog::Catalog;
 use onebit_catalog::report::Options;
 
 use super::Global;
+use super::source::ImportSource;
 
 /// What the report is written as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -24,14 +25,11 @@ pub enum ReportFormat {
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("which").required(true).args(["repo", "path", "pack"])))]
 pub struct ReportArgs {
-    /// The pack imported from this repository.
-    #[arg(long, value_name = "ORG/NAME")]
-    pub repo: Option<String>,
-    /// The pack imported from this local folder.
-    #[arg(long, value_name = "DIR")]
-    pub path: Option<PathBuf>,
+    /// The pack imported from this repository (--repo) or local folder (--path).
+    #[command(flatten)]
+    pub source: ImportSource,
     /// The pack by its name in the store (`SELECT name FROM packs`).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["repo", "path"])]
     pub pack: Option<String>,
     /// Where to write: a file for html, a folder for png [default: $ONEBIT_HOME/reports/…].
     #[arg(long, value_name = "PATH")]
@@ -89,16 +87,9 @@ pub fn write(
         .clone()
         .unwrap_or_else(onebit_pipeline::Store::default_home)
         .join("reports");
-    let refuse = |e: onebit_catalog::Error| match e {
-        e @ (onebit_catalog::Error::UnknownPack { .. }
-        | onebit_catalog::Error::UnknownTensor { .. }) => {
-            anyhow::Error::new(super::Refused(e.to_string()))
-        }
-        e => e.into(),
-    };
     match format {
         ReportFormat::Html => {
-            let page = onebit_catalog::report::html(&catalog, &opts).map_err(refuse)?;
+            let page = onebit_catalog::report::html(&catalog, &opts)?;
             let path = out
                 .map(Path::to_path_buf)
                 .unwrap_or_else(|| reports.join(format!("{}.html", file_stem(pack))));
@@ -106,7 +97,7 @@ pub fn write(
             Ok(path)
         }
         ReportFormat::Png => {
-            let files = onebit_catalog::report::png(&catalog, &opts).map_err(refuse)?;
+            let files = onebit_catalog::report::png(&catalog, &opts)?;
             let dir = out
                 .map(Path::to_path_buf)
                 .unwrap_or_else(|| reports.join(file_stem(pack)));
@@ -120,7 +111,7 @@ pub fn write(
 
 /// Writes the report and prints its path.
 pub fn exec(g: &Global, a: ReportArgs) -> anyhow::Result<ExitCode> {
-    let pack = match (&a.repo, &a.path, &a.pack) {
+    let pack = match (&a.source.repo, &a.source.path, &a.pack) {
         (Some(r), _, _) => r.clone(),
         (_, Some(p), _) => local_pack_name(p)?,
         (_, _, Some(n)) => n.clone(),

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,47 +11,22 @@ use onebit_pipeline::{RunOptions, run_graph};
 use serde_json::{Value, json};
 
 use super::Global;
+use super::source::{ImportOptions, ImportSource};
 
 /// Arguments of `run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// A Hugging Face repository, e.g. FastFlowLM/Gemma3-270M-NPU2.
-    #[arg(long, value_name = "ORG/NAME", conflicts_with_all = ["path", "demo"])]
-    pub repo: Option<String>,
-    /// Branch, tag or commit of --repo.
-    #[arg(long, default_value = "main", requires = "repo")]
-    pub revision: String,
-    /// The hub to fetch --repo from: a URL [default: $HF_ENDPOINT, else https://huggingface.co],
-    /// or a directory laid out as ORG/NAME/<files> (an offline mirror).
-    #[arg(long, value_name = "URL|DIR", requires = "repo")]
-    pub endpoint: Option<String>,
+    /// The repository to import.
+    #[command(flatten)]
+    pub source: ImportSource,
     /// Parallel downloads.
     #[arg(long, default_value_t = 4)]
     pub downloads: usize,
-    /// A local repository folder (config.json, model.q4nx, tokenizer files).
-    #[arg(long, value_name = "DIR", conflicts_with = "demo")]
-    pub path: Option<PathBuf>,
-    /// A GGUF of the same model (any quantization), the independent reference for verification: a
-    /// path, or ORG/NAME[@REV]:FILE from the local Hugging Face cache.
-    #[arg(long, value_name = "GGUF|ORG/NAME:FILE", conflicts_with = "demo")]
-    pub reference: Option<PathBuf>,
     /// Rebuild the tensors verification finds broken by a known converter defect (a tied head
     /// from the pack's own embedding, any tensor from the --reference GGUF), in the tile kind the
     /// pack used for them, and pack the repaired bytes.
-    #[arg(long, conflicts_with = "demo")]
-    pub repair: bool,
-    /// Run the engine's ten-stage demo graph instead of an import.
     #[arg(long)]
-    pub demo: bool,
-    /// Demo: bytes written by the whole graph.
-    #[arg(long, default_value_t = 64 << 20, requires = "demo")]
-    pub demo_bytes: u64,
-    /// Demo: the version of every stage (bump it to see every stage re-run).
-    #[arg(long, default_value_t = 1, requires = "demo")]
-    pub demo_version: u32,
-    /// Demo: sleep this long halfway through each stage's write.
-    #[arg(long, default_value_t = 0, requires = "demo")]
-    pub demo_delay_ms: u64,
+    pub repair: bool,
     /// Stages to run at once [default: number of CPUs].
     #[arg(long, short)]
     pub jobs: Option<usize>,
@@ -58,8 +34,45 @@ pub struct RunArgs {
     #[arg(long)]
     pub deep: bool,
     /// Also write the pack's verification report (HTML) and print its path.
-    #[arg(long, conflicts_with = "demo")]
+    #[arg(long)]
     pub report: bool,
+    /// The engine's own demo graph (hidden from help: it exercises the engine, not an import).
+    #[command(flatten)]
+    pub demo: DemoArgs,
+}
+
+/// `run --demo`: the engine's ten-stage demo graph instead of an import.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Run the engine's ten-stage demo graph instead of an import.
+    #[arg(
+        id = "demo",
+        long = "demo",
+        hide = true,
+        conflicts_with_all = ["repo", "path", "reference", "repair", "report"]
+    )]
+    pub on: bool,
+    /// Demo: bytes written by the whole graph.
+    #[arg(long, default_value_t = 64 << 20, requires = "demo", hide = true)]
+    pub demo_bytes: u64,
+    /// Demo: the version of every stage (bump it to see every stage re-run).
+    #[arg(long, default_value_t = 1, requires = "demo", hide = true)]
+    pub demo_version: u32,
+    /// Demo: sleep this long halfway through each stage's write.
+    #[arg(long, default_value_t = 0, requires = "demo", hide = true)]
+    pub demo_delay_ms: u64,
+}
+
+impl RunArgs {
+    /// How the import runs.
+    pub fn options(&self) -> ImportOptions {
+        ImportOptions {
+            downloads: self.downloads,
+            jobs: self.jobs,
+            deep: self.deep,
+            repair: self.repair,
+        }
+    }
 }
 
 /// A `--reference`: a local GGUF path, or `ORG/NAME[@REV]:FILE` from the Hugging Face cache,
@@ -94,7 +107,11 @@ pub fn describe_source(source: &Value) -> String {
 
 /// Builds the graph, runs it, prints the outcome.
 pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
-    let (report, ref_name, _) = import(g, &a)?;
+    let (report, ref_name, _) = if a.demo.on {
+        run_demo(g, &a)?
+    } else {
+        import(g, &a.source, &a.options())?
+    };
     let code = report_verdict(g, &report, &ref_name)?;
     if a.report {
         let path =
@@ -111,113 +128,106 @@ pub fn exec(g: &Global, a: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(code)
 }
 
-/// Builds and runs the graph for `a`'s source; returns the run report, the pack's ref name and
-/// the repository folder imported (none for the demo).
-pub fn import(
-    g: &Global,
-    a: &RunArgs,
-) -> anyhow::Result<(onebit_pipeline::RunReport, String, Option<PathBuf>)> {
-    let store = g.store()?;
-    let reporter = super::progress::reporter(g);
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-    let mut dir_for_ref: Option<PathBuf> = None;
-    let (graph, ref_name, args) = if a.demo {
-        let graph = onebit_pipeline::demo::demo_graph(
-            a.demo_bytes,
-            a.demo_version,
-            Duration::from_millis(a.demo_delay_ms),
-        )?;
-        let args = format!(
-            "--demo --demo-bytes {} --demo-version {}",
-            a.demo_bytes, a.demo_version
-        );
-        (graph, "demo".to_string(), args)
-    } else if let Some(path) = &a.path {
+/// What a run returns: the run report, the pack's ref name, and the repository folder imported
+/// (none for the demo).
+pub type Imported = (onebit_pipeline::RunReport, String, Option<PathBuf>);
+
+/// Builds and runs the import graph for `source` with `opts`.
+pub fn import(g: &Global, source: &ImportSource, opts: &ImportOptions) -> anyhow::Result<Imported> {
+    let reference = || -> anyhow::Result<Option<PathBuf>> {
+        match &source.reference {
+            Some(r) => Ok(Some(resolve_reference(g, r, source.endpoint.as_deref())?)),
+            None => Ok(None),
+        }
+    };
+    // A repository's pack is named by the repository, wherever its files came from (a mirror
+    // directory gives a plain folder); a folder's by the folder.
+    let (import, ref_name, mut args) = if let Some(path) = &source.path {
         let dir = path
             .canonicalize()
             .with_context(|| format!("repository folder {}", path.display()))?;
-        let reference = match &a.reference {
-            Some(r) => Some(resolve_reference(g, r, a.endpoint.as_deref())?),
-            None => None,
-        };
         let import = onebit_stages::ImportSource {
             dir: dir.clone(),
-            reference: reference.clone(),
+            reference: reference()?,
             fetch: None,
-            repair: a.repair,
+            repair: opts.repair,
         };
-        let graph = onebit_stages::import_graph(&import)
-            .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
-        dir_for_ref = Some(import.dir.clone());
-        let mut args = format!("--path {}", dir.display());
-        if let Some(r) = &reference {
-            args.push_str(&format!(" --reference {}", r.display()));
-        }
-        if a.repair {
-            args.push_str(" --repair");
-        }
-        (graph, import.ref_name(), args)
-    } else if let Some(repo) = &a.repo {
-        let reference = match &a.reference {
-            Some(r) => Some(resolve_reference(g, r, a.endpoint.as_deref())?),
-            None => None,
-        };
+        let name = import.ref_name();
+        (import, name, format!("--path {}", dir.display()))
+    } else if let Some(repo) = &source.repo {
         let mut import = super::fetch::prepare(
             g,
             repo,
-            &a.revision,
-            a.endpoint.as_deref(),
-            a.downloads,
-            reference.clone(),
+            &source.revision,
+            source.endpoint.as_deref(),
+            opts.downloads,
+            reference()?,
         )?;
-        import.repair = a.repair;
-        let graph = onebit_stages::import_graph(&import)
-            .map_err(|e| anyhow::Error::new(super::Refused(e.to_string())))?;
-        dir_for_ref = Some(import.dir.clone());
-        let mut args = format!("--repo {repo} --revision {}", a.revision);
-        if let Some(e) = &a.endpoint {
+        import.repair = opts.repair;
+        let mut args = format!("--repo {repo} --revision {}", source.revision);
+        if let Some(e) = &source.endpoint {
             args.push_str(&format!(" --endpoint {e}"));
         }
-        if let Some(r) = &reference {
-            args.push_str(&format!(" --reference {}", r.display()));
-        }
-        if a.repair {
-            args.push_str(" --repair");
-        }
-        (graph, repo.clone(), args)
+        (import, repo.clone(), args)
     } else {
         anyhow::bail!("nothing to run: give --repo ORG/NAME, --path DIR or --demo");
     };
-    let opts = RunOptions {
+    if let Some(r) = &import.reference {
+        args.push_str(&format!(" --reference {}", r.display()));
+    }
+    if opts.repair {
+        args.push_str(" --repair");
+    }
+    let graph = onebit_stages::import_graph(&import, Arc::new(onebit_runtime::HostKernels))?;
+    let dir = import.dir.clone();
+    let report = execute(g, &graph, ref_name.clone(), args, Some(&dir), opts)?;
+    Ok((report, ref_name, Some(dir)))
+}
+
+/// Runs the engine's demo graph (`run --demo`).
+fn run_demo(g: &Global, a: &RunArgs) -> anyhow::Result<Imported> {
+    let d = &a.demo;
+    let graph = onebit_pipeline::demo::demo_graph(
+        d.demo_bytes,
+        d.demo_version,
+        Duration::from_millis(d.demo_delay_ms),
+    )?;
+    let args = format!(
+        "--demo --demo-bytes {} --demo-version {}",
+        d.demo_bytes, d.demo_version
+    );
+    let report = execute(g, &graph, "demo".into(), args, None, &a.options())?;
+    Ok((report, "demo".into(), None))
+}
+
+/// Runs `graph` on the store under `ref_name`, recording `args` as the source that rebuilds it.
+fn execute(
+    g: &Global,
+    graph: &onebit_pipeline::Graph,
+    ref_name: String,
+    args: String,
+    dir: Option<&PathBuf>,
+    opts: &ImportOptions,
+) -> anyhow::Result<onebit_pipeline::RunReport> {
+    let store = g.store()?;
+    let reporter = super::progress::reporter(g);
+    let jobs = opts
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let run = RunOptions {
         jobs,
         ref_name: Some(ref_name),
-        source: json!({ "args": args, "dir": dir_for_ref.as_ref().map(|d| d.display().to_string()) }),
-        deep_check: a.deep,
+        source: json!({ "args": args, "dir": dir.map(|d| d.display().to_string()) }),
+        deep_check: opts.deep,
     };
-    let report = run_graph(&store, &graph, &opts, reporter.as_ref()).map_err(|e| match e {
-        // A stage that refused its input is the input's fault: exit code 1.
-        onebit_pipeline::Error::StageFailed { ref source, .. }
-            if source
-                .downcast_ref::<onebit_stages::Error>()
-                .is_some_and(|s| {
-                    matches!(
-                        s,
-                        onebit_stages::Error::Refused { .. } | onebit_stages::Error::Corrupt { .. }
-                    )
-                }) =>
-        {
-            anyhow::Error::new(super::Refused(e.to_string()))
-        }
-        other => anyhow::Error::new(other),
-    })?;
+    // A stage that refused its input says so through the error chain: exit code 1.
+    let report = run_graph(&store, graph, &run, reporter.as_ref())?;
     for (stage, outs) in &report.artifacts {
         for (name, path) in outs {
             tracing::info!(stage, output = name, path = %path.display(), "artifact");
         }
     }
-    Ok((report, opts.ref_name.unwrap_or_default(), dir_for_ref))
+    Ok(report)
 }
 
 /// Failing tensors listed by default after a refused verdict (`-v` lists every one).

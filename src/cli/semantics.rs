@@ -18,18 +18,11 @@ pub struct SemanticsArgs {
 
 /// Derives and prints the semantics; a refusal exits 1.
 pub fn exec(g: &Global, a: SemanticsArgs) -> anyhow::Result<ExitCode> {
-    match onebit_stages::stage::semantics::semantics_of_dir(&a.path) {
-        Ok(s) => {
-            if g.json {
-                println!("{}", serde_json::to_string(&s)?);
-            } else {
-                print!("{}", s.log());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e @ onebit_stages::Error::Refused { .. }) => {
-            Err(anyhow::Error::new(super::Refused(e.to_string())))
-        }
-        Err(e) => Err(e.into()),
+    let s = onebit_stages::stage::semantics::semantics_of_dir(&a.path)?;
+    if g.json {
+        println!("{}", serde_json::to_string(&s)?);
+    } else {
+        print!("{}", s.log());
     }
+    Ok(ExitCode::SUCCESS)
 }

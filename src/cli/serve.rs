@@ -130,7 +130,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     let server = Server::new(Options {
         // The id clients send: --alias, else the repository asked for, else the pack's source.
-        alias: a.alias.clone().or_else(|| a.source.repo.clone()),
+        alias: a.alias.clone().or_else(|| a.source.import.repo.clone()),
         api_key: a.api_key.clone(),
         max_body: a.max_body,
         limits,
@@ -282,10 +282,10 @@ fn attach_npu(
 /// The store name of the served pack: the repository, the local folder's name, or the ref whose
 /// repack output holds the `--pack` folder; `None` when no ref of the store holds it.
 fn store_pack_name(g: &Global, source: &PackSource) -> Option<String> {
-    if let Some(repo) = &source.repo {
+    if let Some(repo) = &source.import.repo {
         return Some(repo.clone());
     }
-    if let Some(path) = &source.path {
+    if let Some(path) = &source.import.path {
         return super::report::local_pack_name(path).ok();
     }
     let dir = source.pack.as_ref()?.canonicalize().ok()?;

@@ -30,13 +30,7 @@ pub fn exec(g: &Global, a: SqlArgs) -> anyhow::Result<ExitCode> {
     let Some(query) = a.query else {
         return repl(&catalog, &store);
     };
-    let batches = match catalog.sql(&query) {
-        Ok(b) => b,
-        Err(e @ onebit_catalog::Error::Sql { .. }) => {
-            return Err(anyhow::Error::new(super::Refused(e.to_string())));
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let batches = catalog.sql(&query)?;
     match &a.out {
         Some(path) => {
             let mut f = std::fs::File::create(path)?;

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use onebit_stages::format::tiles::{ALL_KINDS, TileKind};
+use onebit_stages::format::tiles::{ALL_KINDS, TileCodec, TileKind};
 use rayon::prelude::*;
 
 /// Deterministic tiles with finite scales, so the timing covers real arithmetic.

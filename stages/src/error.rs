@@ -61,6 +61,17 @@ pub enum Error {
 /// Result with the stages' [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// Whether this is the input's fault (a file that contradicts its format, input refused by
+    /// name, an unusable config): the command line exits 1 for it, 2 for the rest.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::Corrupt { .. } | Error::Refused { .. } | Error::Config { .. }
+        )
+    }
+}
+
 /// Attaches an operation and a path to an I/O error.
 pub trait IoContext<T> {
     /// Wraps the error.

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use onebit_pack::host::HostRuntime;
 use onebit_pipeline::{Graph, Input, Stage};
 
 use crate::error::{Error, Result};
@@ -76,8 +77,9 @@ pub fn stage_versions() -> BTreeMap<String, u32> {
     ])
 }
 
-/// Builds the import graph for `source`, refusing a folder without `model.q4nx`.
-pub fn import_graph(source: &ImportSource) -> Result<Graph> {
+/// Builds the import graph for `source`, refusing a folder without `model.q4nx`. `host` is the
+/// runtime the kernels stage self-checks the pack on (`onebit_runtime::HostKernels`).
+pub fn import_graph(source: &ImportSource, host: Arc<dyn HostRuntime>) -> Result<Graph> {
     let dir = &source.dir;
     let model = dir.join("model.q4nx");
     // A fetched snapshot is checked against its listing (the files arrive before the graph runs).
@@ -162,6 +164,7 @@ pub fn import_graph(source: &ImportSource) -> Result<Graph> {
             extra,
             xclbins: KernelSetStage::find_xclbins(&dirs),
             batch: PREFILL_BATCH,
+            host,
         }));
     }
     Graph::new(stages).map_err(|e| Error::Internal(e.to_string()))

@@ -13,8 +13,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use onebit_runtime::kernels::layout::TileLayout;
-use onebit_runtime::pack::Manifest;
+use onebit_pack::TileLayout;
+use onebit_pack::host::{HostRuntime, HostVerdict};
+use onebit_pack::manifest::Manifest;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -135,14 +136,14 @@ pub fn shapes(manifest: &Manifest, batch: u64) -> Result<(String, Vec<Shape>)> {
                     n_padded: np,
                     tile: t.kind.clone(),
                     roles: BTreeMap::new(),
-                    npu_kernel: onebit_runtime::npu::backend::kernel_name(m, kp, np),
+                    npu_kernel: onebit_pack::host::kernel_name(m, kp, np),
                     npu_provider: None,
                 });
             *s.roles.entry(role.to_string()).or_default() += 1;
         }
     }
     // Named from the shapes themselves: hidden = K of the q projection, ffn = N of the gate.
-    let dim = |suffix: &str, f: fn(&onebit_runtime::pack::TensorEntry) -> u64| {
+    let dim = |suffix: &str, f: fn(&onebit_pack::TensorEntry) -> u64| {
         manifest
             .tensors
             .iter()
@@ -184,17 +185,14 @@ pub fn match_artifacts(shapes: &mut [Shape], artifacts: &[axlf::Xclbin]) {
 }
 
 /// Derives the kernel set of the pack in `pack_dir` with `artifacts` as the NPU's offer, running
-/// the host self-check on the pack's own weights.
+/// the host self-check on the pack's own weights through `host` (the runtime, handed in by the
+/// binary: the import does not link it).
 pub fn kernel_set(
     pack_dir: &std::path::Path,
     artifacts: &[axlf::Xclbin],
     batch: u64,
+    host: &dyn HostRuntime,
 ) -> Result<KernelSet> {
-    let refused = |e: onebit_runtime::Error| Error::Refused {
-        file: pack_dir.to_path_buf(),
-        tensor: "pack".into(),
-        reason: e.to_string(),
-    };
     // The kernel set describes what a pack needs whatever its verdict or host support: read the
     // manifest itself, then ask the runtime whether and how the host runs it.
     let mpath = pack_dir.join("manifest.json");
@@ -209,18 +207,16 @@ pub fn kernel_set(
     let (name, mut shapes) = shapes(&manifest, batch)?;
     match_artifacts(&mut shapes, artifacts);
     // A failed self-check is an error: the host kernels would compute wrong numbers.
-    let loaded = onebit_runtime::Pack::open(pack_dir, true).and_then(onebit_runtime::Model::load);
-    let (host_variant, max_rel, matrices, host_refusal) = match loaded {
-        Ok(model) => {
-            let check = model.self_check().map_err(refused)?;
-            (
-                check.path.to_string(),
-                Some(check.max_rel),
-                check.matrices as u64,
-                None,
-            )
+    let (host_variant, max_rel, matrices, host_refusal) = match host.check(pack_dir) {
+        Ok(check) => (check.path, Some(check.max_rel), check.matrices, None),
+        Err(HostVerdict::CannotRun(why)) => ("none".to_string(), None, 0, Some(why)),
+        Err(HostVerdict::SelfCheckFailed(reason)) => {
+            return Err(Error::Refused {
+                file: pack_dir.to_path_buf(),
+                tensor: "pack".into(),
+                reason,
+            });
         }
-        Err(e) => ("none".to_string(), None, 0, Some(e.to_string())),
     };
     Ok(KernelSet {
         name,

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use onebit_runtime::pack::TensorEntry;
-use onebit_runtime::spec::{self, Act, LayerSpec, Mixer, ModelSpec, RopeTable, ValueHeadOrder};
+use onebit_pack::manifest::TensorEntry;
+use onebit_pack::spec::{self, Act, LayerSpec, Mixer, ModelSpec, RopeTable, ValueHeadOrder};
 
 use crate::error::{Error, Result};
 use crate::layout::geometry::ffn_pad_of;

@@ -263,7 +263,9 @@ fn every_sample_decodes_bit_exactly_and_correlates_with_the_gguf() {
                     };
                     let tile_i = (row / rows) * col_tiles as usize + lo / kind.cols();
                     let tile = &c.data(info)[tile_i * kind.bytes()..(tile_i + 1) * kind.bytes()];
-                    let (d, m) = kind.scale_and_zero(tile, row % rows, (lo % kind.cols()) / 32);
+                    let (d, m) =
+                        kind.layout()
+                            .scale_and_zero(tile, row % rows, (lo % kind.cols()) / 32);
                     let sk = if broken {
                         "stored_scale_bf16"
                     } else {

@@ -4,6 +4,7 @@
 mod common;
 
 use onebit_stages::format::q4nx::{Container, Header};
+use onebit_stages::format::tiles::TileCodec;
 use onebit_stages::layout::detect::detect_pack;
 use onebit_stages::layout::geometry::Geometry;
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! q4nx-format §2, byte by byte, independently of the codec's lane helpers; every element of the
 //! decoded tile is checked. Plus the spec's worked examples (§8) at their exact bytes.
 
-use onebit_stages::format::tiles::{ALL_KINDS, TileKind};
+use onebit_stages::format::tiles::{ALL_KINDS, TileCodec, TileKind};
 
 /// A tiny deterministic generator (xorshift) so the tiles are reproducible.
 struct Rng(u64);

@@ -22,7 +22,8 @@ pub fn import(store: &Store, name: &str, dir: &Path, reference: Option<PathBuf>)
         fetch: None,
         repair: false,
     };
-    let graph = import_graph(&source).expect("graph");
+    let graph =
+        import_graph(&source, std::sync::Arc::new(onebit_runtime::HostKernels)).expect("graph");
     let opts = RunOptions {
         jobs: 2,
         ref_name: Some(name.to_string()),

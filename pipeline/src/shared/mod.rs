@@ -799,31 +799,6 @@ impl SharedStore {
         self.upload(local, &self.path(&format!("runs/{run_id}.parquet")))
     }
 
-    /// The URL of every run-record file.
-    pub fn run_urls(&self) -> Result<Vec<String>> {
-        let mut out: Vec<String> = self
-            .list("runs")?
-            .into_iter()
-            .filter(|o| o.location.extension() == Some("parquet"))
-            .map(|o| self.object_url(&o.location))
-            .collect();
-        out.sort();
-        Ok(out)
-    }
-
-    /// The URL of file `rel` of published entry `key`, if the entry and the file exist.
-    pub fn entry_file_url(&self, key: &Digest, rel: &str) -> Result<Option<String>> {
-        let Some(m) = self.manifest(key)? else {
-            return Ok(None);
-        };
-        let listed = m
-            .manifest
-            .outputs
-            .values()
-            .any(|a| a.files.iter().any(|f| f.path == rel));
-        Ok(listed.then(|| self.object_url(&self.entry_file_path(key, &m.upload, rel))))
-    }
-
     /// The bytes of file `rel` of published entry `key`.
     pub fn entry_file_bytes(&self, key: &Digest, rel: &str) -> Result<Option<Vec<u8>>> {
         let Some(m) = self.manifest(key)? else {

@@ -29,7 +29,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::{Cell, RefCell};
 
-use super::layout::CodeKind;
+use super::layout::Codes;
 use super::x86_512;
 use super::{Activations, QMatrix};
 
@@ -411,7 +411,7 @@ unsafe fn unpack(m: &QMatrix<'_>, rb: usize, gg0: usize, batch: usize, b: &mut [
     let (per_tile, cols, rows) = (l.groups(), l.cols, l.rows);
     let flip = x86_512::flip_of(l.codes);
     // `nibbles` reads signed codes as `q + 8`: take the 8 back.
-    let back = _mm512_set1_epi8(if l.codes == CodeKind::S4 { 8 } else { 0 });
+    let back = _mm512_set1_epi8(if l.codes == Codes::Signed4 { 8 } else { 0 });
     let wide = l.lane == 32;
     let idx = if wide { &B32 } else { &B16 };
     // SAFETY: the index tables hold 64 bytes each.

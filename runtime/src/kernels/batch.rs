@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::{Activations, CodeKind, Path, QMatrix};
+use super::{Activations, Codes, Path, QMatrix};
 
 /// Several products of the same activations at once (q/k/v, gate/up): one pass over `x` for
 /// the padded copy and group sums, one parallel dispatch over the row blocks of every matrix.
@@ -115,10 +115,10 @@ fn in_scratch(
 fn prepare(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize) -> Activations {
     let (k, kp) = (mats[0].k, mats[0].k_padded());
     let mut acts = Activations::new(x, n, k, kp);
-    if path.has_avx2() && mats.iter().any(|m| m.layout.codes == CodeKind::S8) {
+    if path.has_avx2() && mats.iter().any(|m| m.layout.codes == Codes::Signed8) {
         acts.widen();
     }
-    if path == Path::Amx && n >= 16 && mats.iter().any(|m| m.layout.codes != CodeKind::S8) {
+    if path == Path::Amx && n >= 16 && mats.iter().any(|m| m.layout.codes != Codes::Signed8) {
         acts.tile_order();
     }
     acts

@@ -49,7 +49,7 @@ mod x86_512;
 
 pub use activations::Activations;
 pub use batch::{matmul_gated, matmul_many};
-pub use layout::{CodeKind, TileLayout};
+pub use layout::{Codes, TileLayout};
 pub use path::{PATH_VAR, Path};
 
 /// A tiled weight matrix `W[rows][k]` borrowed from the mapped pack.
@@ -272,7 +272,7 @@ pub(crate) mod tests {
 
     #[test]
     fn every_layout_and_path_matches_the_reference_decode() {
-        for layout in layout::LAYOUTS {
+        for layout in TileLayout::host_layouts() {
             // K off the tile grid exercises padding; rows span several row blocks.
             let (rows, k) = (layout.rows * 3, layout.cols * 2 + 64);
             let data = random_matrix(layout, rows, k, 7);
@@ -365,10 +365,10 @@ pub(crate) mod tests {
         if !granted.iter().all(|&g| g) {
             eprintln!("Linux refused AMX to a pool thread ({granted:?}): comparing the fallback");
         }
-        for layout in layout::LAYOUTS.iter().filter(|l| l.codes != CodeKind::S8) {
+        for layout in TileLayout::host_layouts().filter(|l| l.codes != Codes::Signed8) {
             let (rows, k) = (layout.rows * 3, layout.cols * 2 + 64);
-            let data = random_matrix(*layout, rows, k, 3);
-            let m = QMatrix::new(*layout, rows, k, &data).expect("sizes");
+            let data = random_matrix(layout, rows, k, 3);
+            let m = QMatrix::new(layout, rows, k, &data).expect("sizes");
             for n in [16, 35, 64] {
                 let x: Vec<f32> = (0..n * k)
                     .map(|i| ((i * 29 % 61) as f32 - 30.0) / 17.0)
@@ -390,7 +390,9 @@ pub(crate) mod tests {
                 *a = *a / (1.0 + (-*a).exp()) * b;
             }
         };
-        for layout in [layout::LAYOUTS[0], layout::LAYOUTS[4], layout::LAYOUTS[6]] {
+        for layout in
+            ["Q41_5120", "Q40_4608", "Q8L_8704"].map(|n| TileLayout::by_name(n).expect("layout"))
+        {
             // Rows ending mid-block, several tasks' worth of rows.
             let (rows, k) = (layout.rows * 9 + 5, layout.cols * 2);
             let (gd, ud) = (
@@ -414,7 +416,7 @@ pub(crate) mod tests {
             }
         }
         // Different shapes: refused, for the caller to run apart.
-        let l = layout::LAYOUTS[0];
+        let l = TileLayout::by_name("Q41_5120").expect("layout");
         let (a, b) = (random_matrix(l, 64, 256, 1), random_matrix(l, 32, 256, 2));
         let (a, b) = (
             QMatrix::new(l, 64, 256, &a).expect("sizes"),
@@ -426,7 +428,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_batch_gives_bit_for_bit_the_single_token_results() {
-        for layout in layout::LAYOUTS {
+        for layout in TileLayout::host_layouts() {
             let (rows, k) = (layout.rows * 2, layout.cols * 2);
             let data = random_matrix(layout, rows, k, 11);
             let m = QMatrix::new(layout, rows, k, &data).expect("sizes");

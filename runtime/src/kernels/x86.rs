@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::layout::CodeKind;
+use super::layout::Codes;
 use super::{Activations, QMatrix};
 
 /// One row block (see `QMatrix::block`).
@@ -26,7 +26,7 @@ pub(super) unsafe fn block(
     stride: usize,
     local: usize,
 ) {
-    let eight = matches!(m.layout.codes, CodeKind::S8);
+    let eight = matches!(m.layout.codes, Codes::Signed8);
     let mut t0 = 0;
     while t0 < a.n {
         let nt = (a.n - t0).min(3);
@@ -65,7 +65,7 @@ unsafe fn int8_tokens<const NT: usize>(
     let cstride = p / 2;
     debug_assert_eq!(kp, m.k_padded());
     // Signed nibbles: xor 8 maps q ∈ −8..7 to q + 8 ∈ 0..15; the 8·Σxq is taken back per group.
-    let flip = _mm256_set1_epi8(if l.codes == CodeKind::S4 {
+    let flip = _mm256_set1_epi8(if l.codes == Codes::Signed4 {
         0x88u8 as i8
     } else {
         0
@@ -129,7 +129,7 @@ unsafe fn int8_tokens<const NT: usize>(
                 let (d, z) = unsafe { group_scales(tp, l, g * l.rows + sb * 16) };
                 for t in 0..NT {
                     let at_g = (t0 + t) * groups + gg;
-                    let back = _mm256_set1_epi32(if l.codes == CodeKind::S4 {
+                    let back = _mm256_set1_epi32(if l.codes == Codes::Signed4 {
                         a.qsum8[at_g]
                     } else {
                         0

@@ -22,7 +22,7 @@
 
 use std::arch::x86_64::*;
 
-use super::layout::CodeKind;
+use super::layout::Codes;
 use super::x86::token_codes;
 use super::{Activations, QMatrix};
 
@@ -30,8 +30,8 @@ use super::{Activations, QMatrix};
 const TOKENS: usize = 4;
 
 /// Whether this path has a kernel for `codes` (the 8-bit kinds stay on AVX2).
-pub(super) fn covers(codes: CodeKind) -> bool {
-    matches!(codes, CodeKind::S4 | CodeKind::U4)
+pub(super) fn covers(codes: Codes) -> bool {
+    matches!(codes, Codes::Signed4 | Codes::Unsigned4)
 }
 
 /// One row block of a 4-bit layout (see `QMatrix::block`).
@@ -120,8 +120,8 @@ fn planes(l: &super::TileLayout) -> usize {
 /// The xor that reads signed nibbles as `q + 8` (0 for unsigned codes).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
-pub(super) fn flip_of(codes: CodeKind) -> __m512i {
-    _mm512_set1_epi8(if codes == CodeKind::S4 {
+pub(super) fn flip_of(codes: Codes) -> __m512i {
+    _mm512_set1_epi8(if codes == Codes::Signed4 {
         0x88u8 as i8
     } else {
         0
@@ -212,7 +212,7 @@ unsafe fn lane32<const NT: usize>(
     let l = &m.layout;
     let (kp, groups, per_tile, cols, rows) = (a.kp, a.kp / 32, l.groups(), l.cols, l.rows);
     debug_assert_eq!(kp, m.k_padded());
-    let signed = l.codes == CodeKind::S4;
+    let signed = l.codes == Codes::Signed4;
     let flip = flip_of(l.codes);
     let high_half = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
     // SAFETY: the index arrays hold 64 bytes / 16 i32.
@@ -312,7 +312,7 @@ unsafe fn lane16<const NT: usize>(
     let l = &m.layout;
     let (kp, groups, per_tile, cols, rows) = (a.kp, a.kp / 32, l.groups(), l.cols, l.rows);
     debug_assert_eq!(kp, m.k_padded());
-    let signed = l.codes == CodeKind::S4;
+    let signed = l.codes == Codes::Signed4;
     let flip = flip_of(l.codes);
     // SAFETY: the index array holds 64 bytes.
     let perm = unsafe { _mm512_loadu_si512(PERM16.as_ptr() as *const _) };

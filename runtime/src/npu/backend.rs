@@ -14,12 +14,7 @@ use crate::backend::Backend;
 use crate::error::Result;
 use crate::kernels::QMatrix;
 
-/// The kernel that provides an `m × k_padded → n_padded` product: `gemv_1xKxN` (m = 1) or
-/// `gemm_MxKxN`.
-pub fn kernel_name(m: u64, k_padded: u64, n_padded: u64) -> String {
-    let kind = if m == 1 { "gemv" } else { "gemm" };
-    format!("{kind}_{m}x{k_padded}x{n_padded}")
-}
+pub use onebit_pack::host::kernel_name;
 
 /// One kernel invocation's geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -110,6 +110,17 @@ pub enum HubError {
     },
 }
 
+impl HubError {
+    /// Whether the hub said the request itself is wrong (no such repository or file, no access,
+    /// an unusable listing): the input's fault, exit 1.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            HubError::NotFound { .. } | HubError::Unauthorized { .. } | HubError::Listing { .. }
+        )
+    }
+}
+
 #[derive(Deserialize)]
 struct ApiInfo {
     sha: Option<String>,

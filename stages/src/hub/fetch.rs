@@ -92,6 +92,20 @@ pub enum FetchError {
     },
 }
 
+impl FetchError {
+    /// Whether this is the input's fault (an unknown or private repository, bad names, failed
+    /// checksums, a file not in the offline cache): exit 1; network and disk failures exit 2.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            FetchError::Refused(_)
+            | FetchError::Integrity { .. }
+            | FetchError::NotCached { .. } => true,
+            FetchError::Hub(h) => h.is_refusal(),
+            _ => false,
+        }
+    }
+}
+
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> FetchError + 'a {
     move |source| FetchError::Io {
         op,

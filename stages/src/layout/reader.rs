@@ -7,7 +7,7 @@ use half::{bf16, f16};
 use super::{Layout, TensorLayout};
 use crate::error::{Error, Result};
 use crate::format::q4nx::Container;
-use crate::format::tiles::TileKind;
+use crate::format::tiles::{TileCodec, TileKind};
 
 /// Decodes row blocks of one tiled tensor.
 #[derive(Clone, Copy)]

@@ -112,7 +112,7 @@ pub fn plan(
 ) -> (Vec<Planned>, Vec<Unrepairable>) {
     let (mut planned, mut refused) = (Vec::new(), Vec::new());
     let embedding = layouts.iter().find(|l| {
-        onebit_runtime::pack::EMBEDDING_NAMES.contains(&l.name.as_str())
+        onebit_pack::manifest::EMBEDDING_NAMES.contains(&l.name.as_str())
             && l.layout == Layout::Plain
     });
     let tied = gguf.is_none_or(|g| g.tensor("output.weight").is_none());

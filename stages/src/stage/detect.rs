@@ -22,6 +22,10 @@ pub struct DetectStage {
 impl DetectStage {
     /// Bumped whenever the decisions written for the same input can change.
     /// v2: a GGUF reference decides readings no byte and no in-pack test can.
+    /// v3: LFM2's short-convolution layers (`conv_in_proj`/`conv_out_proj` geometry and names) and
+    /// the family's auto-adjusted FFN width.
+    /// v4: Qwen3.5's gated-DeltaNet layers (`linear_qkv_proj`, `linear_z_proj`,
+    /// `linear_alpha_beta_proj`, `linear_out_proj` geometry from the `linear_*` config keys).
     pub const VERSION: u32 = 4;
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
+use onebit_pack::host::HostRuntime;
 use onebit_pipeline::{Input, Stage, StageContext, StageError};
 
 use super::write_parquet;
@@ -83,6 +84,9 @@ pub struct KernelSetStage {
     pub xclbins: Vec<PathBuf>,
     /// Prefill batch.
     pub batch: u64,
+    /// The host runtime the self-check runs on (not part of the cache key: the stage's version
+    /// and inputs are, as before the runtime was handed in).
+    pub host: Arc<dyn HostRuntime>,
 }
 
 impl KernelSetStage {
@@ -134,7 +138,7 @@ impl Stage for KernelSetStage {
             x.file = self.xclbins[i].clone();
             artifacts.push(x);
         }
-        let set = kernel_set(&pack, &artifacts, self.batch)?;
+        let set = kernel_set(&pack, &artifacts, self.batch, self.host.as_ref())?;
         tracing::info!(set = %set.name, shapes = set.shapes.len(), missing = set.missing().len(), "kernel set");
         std::fs::write(ctx.output("kernels.json"), serde_json::to_vec_pretty(&set)?)?;
         let tables = ctx.output("tables");

@@ -1,5 +1,5 @@
 //! The repack stage: semantics + tile layouts + verification verdict → a verified pack the runtime
-//! maps ([`onebit_runtime::pack`]), with the model description of [`crate::model_spec`].
+//! maps ([`onebit_pack::manifest`]), with the model description of [`crate::model_spec`].
 //!
 //! The pack keeps `model.q4nx` byte for byte (hard-linked from the source when the filesystem
 //! allows, else copied): the NPU backend needs exactly those tiles, and the host kernels compute
@@ -10,14 +10,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use onebit_pipeline::{Input, Stage, StageContext, StageError};
-use onebit_runtime::Pack;
-use onebit_runtime::kernels::{TileLayout, scan};
-use onebit_runtime::pack::{
-    FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Provenance, VERSION, Verification,
+use onebit_pack::manifest::{
+    EMBEDDING_NAMES, FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Provenance, VERSION, Verification,
 };
+use onebit_pack::{TileLayout, scan};
+use onebit_pipeline::{Input, Stage, StageContext, StageError};
 
 use crate::error::{Error, Result};
+use crate::format::q4nx::{Container, Dtype};
 use crate::layout::TensorLayout;
 use crate::model_spec::{model_spec, tensor_entries};
 use crate::semantics::Semantics;
@@ -41,10 +41,15 @@ pub struct RepackStage {
 
 impl RepackStage {
     /// Bumped whenever the pack written for the same input can change.
+    /// v2: a tied head stored as tiles gets the host's 2-bit scan head (`head-scan.bin`).
+    /// v3: the scan head removed (it ranked right but ran compute-bound); v4 restored it, with
+    /// the scan kernels that made it pay.
     /// v5: the model spec's FFN width is the family's padded width (qwen2: a multiple of 512), as
     /// the pack's tensors hold it.
     /// v6: a repaired pack's manifest lists what the repair stage rebuilt (verification and
     /// decisions), and the pack holds the repaired bytes when the graph repairs.
+    /// v7: LFM2 packs: the model spec's short-convolution layers beside attention.
+    /// v8: Qwen3.5 packs: the model spec's gated-DeltaNet layers.
     pub const VERSION: u32 = 8;
 }
 
@@ -174,7 +179,7 @@ impl Stage for RepackStage {
     }
 }
 
-/// Writes the host's 2-bit scan head (`onebit_runtime::kernels::scan`) into the pack folder `out`
+/// Writes the host's 2-bit scan head ([`onebit_pack::scan`]) into the pack folder `out`
 /// when the head is tied and stored as tiles: the host then scans it and re-scores the best
 /// candidates against the bf16 embedding. Returns its manifest entry and the decision.
 fn head_scan(out: &Path, manifest: &Manifest) -> Result<Option<(HeadScan, String)>, StageError> {
@@ -189,24 +194,19 @@ fn head_scan(out: &Path, manifest: &Manifest) -> Result<Option<(HeadScan, String
     if !spec.tied_head || !tiled {
         return Ok(None);
     }
-    let pack = Pack::open(out, true)?;
-    let Some(emb) = onebit_runtime::pack::EMBEDDING_NAMES
+    let weights = Container::open(&out.join("model.q4nx"))?;
+    let Some(emb) = EMBEDDING_NAMES
         .into_iter()
-        .find_map(|n| pack.stored(n))
-        .filter(|s| s.dtype == "BF16")
+        .find_map(|n| weights.tensor(n))
+        .filter(|t| t.dtype == Dtype::BF16)
     else {
         return Ok(None);
     };
     let (rows, k) = (spec.vocab, spec.hidden);
-    if emb.range.len() != rows * k * 2 {
+    if emb.nbytes() as usize != rows * k * 2 {
         return Ok(None);
     }
-    let bytes = scan::encode_bf16(
-        &pack.map()[emb.range.clone()],
-        rows,
-        k,
-        1.0 / spec.tied_head_divisor,
-    );
+    let bytes = scan::encode_bf16(weights.data(emb), rows, k, 1.0 / spec.tied_head_divisor);
     let path = out.join(HEAD_SCAN_FILE);
     std::fs::write(&path, &bytes)?;
     let entry = HeadScan {

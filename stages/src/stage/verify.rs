@@ -34,6 +34,10 @@ impl VerifyStage {
     /// FFN-padded tensors (qwen2) are compared on their GGUF's extent, the padding required zero.
     /// v4: a pack's `rope_freqs.weight` is compared with its GGUF twin and with the divisors
     /// config.json's RoPE implies.
+    /// v5: LFM2's short-convolution tensors and FastFlowLM's names for them are verified against
+    /// their GGUF twins, on the family's auto-adjusted FFN width.
+    /// v6: Qwen3.5's gated-DeltaNet tensors are verified against their GGUF twins; a small tensor
+    /// the GGUF stores transposed (a convolution kernel) is compared column for row.
     /// v7: a tensor whose last row block holds rows past the real ones (a vocabulary off the
     /// tile's row block) says so in its reason: how many rows are stored and what they are.
     pub const VERSION: u32 = 7;

@@ -102,7 +102,7 @@ pub fn tensor_stats(container: &Container, layout: &TensorLayout) -> Result<Tens
                         if (rb * kind.rows() + r) as u64 >= layout.rows {
                             break;
                         }
-                        let (d, m) = kind.scale_and_zero(tile, r, g);
+                        let (d, m) = kind.layout().scale_and_zero(tile, r, g);
                         scales.push(d);
                         if let Some(m) = m {
                             zeros.push(m);

@@ -711,7 +711,7 @@ pub fn verify_pack(
     // The tied-head fit, when the head is tied (no separate GGUF head) and an embedding exists.
     let head = layouts.iter().find(|l| l.name == "lm_head.weight");
     let emb = layouts.iter().find(|l| {
-        onebit_runtime::pack::EMBEDDING_NAMES.contains(&l.name.as_str())
+        onebit_pack::manifest::EMBEDDING_NAMES.contains(&l.name.as_str())
             && l.layout == Layout::Plain
     });
     let tied = gguf.is_none_or(|g| g.tensor("output.weight").is_none());

@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::lanes::Lanes;
+use onebit_pack::tiles::TileLayout;
 
 /// Decodes 4-bit codes column-major (`out[c·R + r]`), unsigned (`d·q + m`) or signed
 /// (`d·sext4(q)`).
@@ -15,7 +15,7 @@ use super::lanes::Lanes;
 #[target_feature(enable = "avx2")]
 pub unsafe fn decode4_cols(
     tile: &[u8],
-    l: Lanes,
+    l: &TileLayout,
     signed: bool,
     d: &[f32],
     m: Option<&[f32]>,
