@@ -20,7 +20,7 @@
 //!   pattern for `\p{Han}+`): written here as the regex each splitter implements;
 //! - `\d` in a regex without categories is ECMAScript's ASCII `[0-9]`.
 //!
-//! The test `convert/tests/pretokenizers.rs` holds every entry to llama.cpp's own ids
+//! The test `convert/tests/it/pretokenizers.rs` holds every entry to llama.cpp's own ids
 //! (`llama-tokenize`) on a multilingual text (`scripts/oracle/pretokenizers.py` made them).
 
 use serde_json::{Value, json};

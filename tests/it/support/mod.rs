@@ -1,8 +1,6 @@
 //! Helpers the binary's integration tests share: where the real model is, and starting
 //! `onebit-pipe serve` on a free port.
 
-#![allow(dead_code)] // each test crate uses part of this module
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Bad input is refused with a message naming the file, the tensor and both readings; nothing is
 //! silently accepted. Messages are checked word for word where the wording is the contract.
 
-mod common;
+use crate::common;
 
 use onebit_stages::format::q4nx::{Container, Header};
 use onebit_stages::format::tiles::TileCodec;

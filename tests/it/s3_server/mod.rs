@@ -3,8 +3,6 @@
 //! it that can hold the request publishing an entry's manifest, so a test can kill an importer or
 //! restart the server at exactly that point.
 
-#![allow(dead_code)]
-
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::PathBuf;

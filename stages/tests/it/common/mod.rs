@@ -1,7 +1,5 @@
 //! Shared helpers of the stages' integration tests: where the fixtures are, and their hashes.
 
-#![allow(dead_code)]
-
 use std::path::PathBuf;
 
 use sha2::{Digest, Sha256};

@@ -1,8 +1,7 @@
 //! The chat templates the converter writes, rendered by the runtime (minijinja with the
 //! Python-compatible methods HF templates call), against the exact text each family expects.
 
-#[path = "../../stages/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use onebit_convert::tokenizer::{CHATML_TEMPLATE, GEMMA_TEMPLATE, LLAMA3_TEMPLATE};
 use onebit_runtime::text::{Message, Text};

@@ -2,7 +2,7 @@
 //! equal to its reviewed snapshot, or is refused with a message naming the reason. Plus the
 //! hand-computed checks and a no-panic property test on arbitrary JSON.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! lapses, a server restarted mid-import does not fail the import, wrong credentials write
 //! nothing, and pyarrow reads the layout as it is.
 
-mod s3_server;
+use crate::s3_server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

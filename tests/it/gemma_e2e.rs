@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-mod support;
+use crate::support;
 use support::{demo_pack, gemma_gguf};
 
 fn bin(home: &Path) -> Command {

@@ -5,7 +5,7 @@
 //! and runs these tests by name (`--include-ignored`). Without them each test fails with what is
 //! missing rather than passing silently.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

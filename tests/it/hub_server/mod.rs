@@ -3,8 +3,6 @@
 //! `Range`, ETag / X-Linked-Etag / X-Linked-Size / X-Repo-Commit), with injectable faults and a
 //! count of the file bytes it served. Started on 127.0.0.1:0 by each test.
 
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

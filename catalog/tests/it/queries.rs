@@ -3,7 +3,7 @@
 //! history after a reader fix, `tensor_values` with bounded memory, SQL error positions, and
 //! another engine (pyarrow) reading the same Parquet files.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,5 @@
 //! Builds a store from the fixture packs by running the real import graph in-process.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 
 use onebit_pipeline::{NullReporter, RunOptions, Store, run_graph};

@@ -2,8 +2,7 @@
 //! byte identity where the reference converter is correct, a verified pack where it is broken
 //! (llama-q80), requantization errors in range, and refusals by name.
 
-#[path = "../../stages/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod support;
+use crate::support;
 use support::{demo_pack, gemma_gguf, spawn_server};
 
 fn script(name: &str) -> PathBuf {

@@ -1,7 +1,7 @@
 //! The verify stage's domain code on the golden fixtures against their source GGUFs
 //! (verification.md §4, §6, format §9 step 6, 8, 9).
 
-mod common;
+use crate::common;
 
 use onebit_stages::format::gguf::GgufFile;
 use onebit_stages::format::gguf::names::MapDims;

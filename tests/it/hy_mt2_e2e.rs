@@ -7,8 +7,8 @@
 //! client. The answer must be the oracle's greedy continuation of the same request (transformers
 //! on the GGUF's dequantized weights; every step's top-2 margin clears int8-activation noise).
 
-mod hub_server;
-mod support;
+use crate::hub_server;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! layout, bit-exact decode of every sample, zero padding, correlation with the GGUF truth, and the
 //! documented broken `llama-q80` tensors decoded as written.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,7 @@
 //! tensors come first and red, the page loads nothing from outside and lists its queries, what
 //! changed between two imports of one repository, the PNG charts, and refusals by name.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-mod support;
+use crate::support;
 
 use onebit_convert::{ConvertOptions, TileChoice};
 use onebit_pipeline::{NullReporter, RunOptions, Store, run_graph};
@@ -197,7 +197,7 @@ fn check(case: &str) {
                 wrong_d.len()
             );
             // The exact bits, for comparing two builds (a refactor must leave them identical):
-            // `cargo test --test oracles -- --nocapture 2>&1 | grep 'logits blake3'`.
+            // `cargo test --test it oracles:: -- --nocapture 2>&1 | grep 'logits blake3'`.
             eprintln!(
                 "{case} {quant} {config}: logits blake3 prefill {} decode {}",
                 bits_digest(&prefill),
@@ -470,7 +470,7 @@ fn a_llama3_packs_rope_freqs_is_verified_against_the_gguf_and_the_config() {
 
 /// A vocabulary off the tile's row block, through every stage: convert pads the tied head's last
 /// 32-row block with zero rows, detection accepts them because they decode to 0 (non-zero pad
-/// rows are refused by name: `stages/tests/refusals.rs`), verify compares the 397 real rows with
+/// rows are refused by name: `stages/tests/it/refusals.rs`), verify compares the 397 real rows with
 /// the GGUF and records the 19 pad rows, and the runtime's vocabulary is the config's 397.
 #[test]
 fn a_vocabulary_off_the_tile_rows_is_padded_recorded_and_cropped() {

@@ -3,7 +3,7 @@
 //! connection, integrity, hostile names, redirects, offline mode, zero re-transfer, and
 //! compatibility with the real `huggingface_hub` client both ways.
 
-mod hub_server;
+use crate::hub_server;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
