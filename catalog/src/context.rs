@@ -6,12 +6,10 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::datasource::MemTable;
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{SessionConfig, SessionContext};
 use onebit_pipeline::Store;
 
 use crate::error::{Error, Result, from_datafusion};
-use crate::tables::{Table, cache_table, packs_table, runs_table, stage_tables};
 use crate::tensor_values::TensorValues;
 
 /// The catalog over one store.
@@ -22,8 +20,8 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Reads the store's tables and registers them, with `tensor_values` (a shared store's are
-    /// read from object storage as queries run, [`crate::shared`]). `current` maps stage
+    /// Registers the store's tables, with `tensor_values`; their files are read as queries run,
+    /// from disk or from object storage ([`crate::listing`]). `current` maps stage
     /// names to this build's versions (for `packs.needs_run`).
     pub fn open(store: &Store, current: &BTreeMap<String, u32>) -> Result<Catalog> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -35,28 +33,14 @@ impl Catalog {
                 path: "tokio runtime".into(),
                 source,
             })?;
-        let ctx = SessionContext::new();
-        if let Some(sh) = store.shared() {
-            let tables = crate::shared::register(&ctx, &runtime, store, sh, current)?;
-            ctx.register_udtf("tensor_values", Arc::new(TensorValues::new(store.clone())));
-            return Ok(Catalog {
-                ctx,
-                runtime,
-                tables,
-            });
-        }
-        let mut all: BTreeMap<String, Table> = stage_tables(store)?;
-        all.insert("runs".into(), runs_table(store)?);
-        all.insert("cache".into(), cache_table(store)?);
-        all.insert("packs".into(), packs_table(store, current)?);
-        let mut tables = BTreeMap::new();
-        for (name, t) in all {
-            let mem = MemTable::try_new(t.schema.clone(), vec![t.batches])
-                .map_err(|e| from_datafusion(e, ""))?;
-            ctx.register_table(name.as_str(), Arc::new(mem))
-                .map_err(|e| from_datafusion(e, ""))?;
-            tables.insert(name, t.schema);
-        }
+        // information_schema on: SHOW TABLES, SHOW COLUMNS and DESCRIBE work as in datafusion-cli.
+        // Strings read from Parquet stay Utf8 (as the stages wrote them), not Utf8View.
+        let config = SessionConfig::new().with_information_schema(true).set_bool(
+            "datafusion.execution.parquet.schema_force_view_types",
+            false,
+        );
+        let ctx = SessionContext::new_with_config(config);
+        let tables = crate::listing::register(&ctx, &runtime, store, current)?;
         ctx.register_udtf("tensor_values", Arc::new(TensorValues::new(store.clone())));
         Ok(Catalog {
             ctx,

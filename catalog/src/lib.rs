@@ -8,8 +8,8 @@
 pub mod context;
 pub mod error;
 pub mod format;
+pub mod listing;
 pub mod report;
-pub mod shared;
 pub mod tables;
 pub mod tensor_values;
 

@@ -1,5 +1,6 @@
-//! Every table the stages write, found in the store and read into Arrow, with the pack it belongs
-//! to. Current imports come from the refs; earlier ones from the run records (`*_history`).
+//! The tables the catalog builds itself (`packs`, `cache`) and the list of tables the stages
+//! write, with the pack each belongs to. Current imports come from the refs; earlier ones from the
+//! run records (`*_history`); [`crate::listing`] registers them all.
 //!
 //! | table | from |
 //! |---|---|
@@ -13,11 +14,11 @@
 //! | `cache` | store entries |
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
+    ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use onebit_pipeline::Store;
@@ -49,39 +50,12 @@ pub const STAGE_TABLES: [(&str, &str, &str); 9] = [
     ),
 ];
 
-/// A table ready to register: schema and batches.
+/// A table built in memory (`packs`, `cache`): schema and batches.
 pub struct Table {
     /// The schema.
     pub schema: SchemaRef,
     /// The rows.
     pub batches: Vec<RecordBatch>,
-}
-
-fn read_parquet(table: &str, path: &Path) -> Result<Vec<RecordBatch>> {
-    let bad = |reason: String| Error::Table {
-        table: table.into(),
-        path: path.to_path_buf(),
-        reason,
-    };
-    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
-    let reader =
-        datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-            .and_then(|b| b.build())
-            .map_err(|e| bad(e.to_string()))?;
-    reader.map(|b| b.map_err(|e| bad(e.to_string()))).collect()
-}
-
-/// Prepends string columns (e.g. `pack`) to a batch.
-fn with_columns(batch: &RecordBatch, front: &[(&str, DataType, ArrayRef)]) -> Result<RecordBatch> {
-    let mut fields: Vec<Field> = front
-        .iter()
-        .map(|(n, t, _)| Field::new(*n, t.clone(), false))
-        .collect();
-    fields.extend(batch.schema().fields().iter().map(|f| f.as_ref().clone()));
-    let mut cols: Vec<ArrayRef> = front.iter().map(|(_, _, a)| a.clone()).collect();
-    cols.extend(batch.columns().iter().cloned());
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
-        .map_err(|e| Error::Execution(e.to_string()))
 }
 
 /// The packs whose refs name each key (hex).
@@ -100,165 +74,9 @@ pub(crate) fn packs_by_key(
     by_key
 }
 
-fn str_col(v: &str, n: usize) -> ArrayRef {
-    Arc::new(StringArray::from(vec![v; n]))
-}
-
 /// The entry output path of (stage, key).
 fn entry_file(store: &Store, key: &onebit_pipeline::Digest, file: &str) -> PathBuf {
     store.entry_dir(key).join("out").join(file)
-}
-
-/// Reads every stage table for the current import of each pack, and the history of every import
-/// the run records name.
-pub fn stage_tables(store: &Store) -> Result<BTreeMap<String, Table>> {
-    let refs = list_refs(store)?;
-    let runs = run_batches(store)?;
-    let mut out = BTreeMap::new();
-    // (pack, stage) → keys seen in runs, with their first and last run ids.
-    let mut seen: BTreeMap<(String, String), BTreeMap<String, (String, String)>> = BTreeMap::new();
-    for b in &runs {
-        let col = |n: &str| {
-            b.column_by_name(n)
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
-        };
-        let (Some(pack), Some(stage), Some(key), Some(status), Some(run)) = (
-            col("ref_name"),
-            col("stage"),
-            col("key"),
-            col("status"),
-            col("run_id"),
-        ) else {
-            continue;
-        };
-        for i in 0..b.num_rows() {
-            if pack.is_null(i) || !matches!(status.value(i), "hit" | "miss") {
-                continue;
-            }
-            let e = seen
-                .entry((pack.value(i).to_string(), stage.value(i).to_string()))
-                .or_default()
-                .entry(key.value(i).to_string())
-                .or_insert_with(|| (run.value(i).to_string(), run.value(i).to_string()));
-            if run.value(i) < e.0.as_str() {
-                e.0 = run.value(i).to_string();
-            }
-            if run.value(i) > e.1.as_str() {
-                e.1 = run.value(i).to_string();
-            }
-        }
-    }
-    for (table, stage, file) in STAGE_TABLES {
-        let mut current = Vec::new();
-        let mut history = Vec::new();
-        for r in &refs {
-            let Some(s) = r.stage(stage) else { continue };
-            let path = entry_file(store, &s.key, file);
-            if path.is_file() {
-                for b in read_parquet(table, &path)? {
-                    current.push(with_columns(
-                        &b,
-                        &[("pack", DataType::Utf8, str_col(&r.name, b.num_rows()))],
-                    )?);
-                }
-            }
-            let Some(keys) = seen.get(&(r.name.clone(), stage.to_string())) else {
-                continue;
-            };
-            for (key, (first, last)) in keys {
-                let Some(d) = onebit_pipeline::Digest::from_hex(key) else {
-                    continue;
-                };
-                let path = entry_file(store, &d, file);
-                if !path.is_file() {
-                    continue;
-                }
-                let is_current = *key == s.key.to_hex();
-                for b in read_parquet(table, &path)? {
-                    let n = b.num_rows();
-                    history.push(with_columns(
-                        &b,
-                        &[
-                            ("pack", DataType::Utf8, str_col(&r.name, n)),
-                            ("import_key", DataType::Utf8, str_col(key, n)),
-                            ("first_run", DataType::Utf8, str_col(first, n)),
-                            ("last_run", DataType::Utf8, str_col(last, n)),
-                            (
-                                "current",
-                                DataType::Boolean,
-                                Arc::new(BooleanArray::from(vec![is_current; n])),
-                            ),
-                        ],
-                    )?);
-                }
-            }
-        }
-        if let Some(first) = current.first() {
-            out.insert(
-                table.to_string(),
-                Table {
-                    schema: first.schema(),
-                    batches: current,
-                },
-            );
-        }
-        if let Some(first) = history.first() {
-            out.insert(
-                format!("{table}_history"),
-                Table {
-                    schema: first.schema(),
-                    batches: history,
-                },
-            );
-        }
-    }
-    Ok(out)
-}
-
-/// Every run record batch.
-pub fn run_batches(store: &Store) -> Result<Vec<RecordBatch>> {
-    let dir = store.runs_dir();
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|source| Error::Io {
-            op: "list",
-            path: dir.clone(),
-            source,
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-        .collect();
-    paths.sort();
-    let mut out = Vec::new();
-    for p in paths {
-        out.extend(read_parquet("runs", &p)?);
-    }
-    Ok(out)
-}
-
-/// The `runs` table.
-pub fn runs_table(store: &Store) -> Result<Table> {
-    Ok(Table {
-        schema: onebit_pipeline::record::run_schema(),
-        batches: run_batches(store)?,
-    })
-}
-
-/// The `cache` table: one row per store entry, whether a pack references it.
-pub fn cache_table(store: &Store) -> Result<Table> {
-    let by_key = packs_by_key(&list_refs(store)?);
-    let rows = store
-        .entries()?
-        .into_iter()
-        .map(|e| CacheRow {
-            key: e.key.to_hex(),
-            stage: e.manifest.as_ref().map(|m| m.stage.clone()),
-            version: e.manifest.as_ref().map(|m| m.version),
-            created_unix_ms: e.manifest.as_ref().map(|m| m.created_unix_ms),
-            bytes: e.bytes,
-            files: e.files,
-        })
-        .collect();
-    cache_rows(rows, &by_key)
 }
 
 /// One store entry as the `cache` table shows it.

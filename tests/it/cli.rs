@@ -430,6 +430,52 @@ fn sql_answers_in_every_format_and_points_at_errors() {
     );
 }
 
+/// The catalog's tables, as datafusion-cli shows them: `SHOW TABLES`, `DESCRIBE`, `SHOW COLUMNS`
+/// and `information_schema` (the store's files sit in a schema of their own).
+#[test]
+fn sql_shows_tables_and_describes_them() {
+    let home = tempfile::tempdir().expect("tmp");
+    let dir = fixture("llama-q41");
+    let run = run_in(
+        home.path(),
+        &["--quiet", "run", "--path", dir.to_str().expect("utf8")],
+    );
+    assert_success(&run, "import");
+    let json = |q: &str| -> Vec<Value> {
+        let out = run_in(home.path(), &["sql", q, "--format", "json"]);
+        assert_success(&out, q);
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    let public: Vec<String> = json("SHOW TABLES")
+        .iter()
+        .filter(|r| r["table_schema"] == "public")
+        .filter_map(|r| r["table_name"].as_str().map(str::to_string))
+        .collect();
+    for t in [
+        "packs",
+        "runs",
+        "cache",
+        "tensors",
+        "verification_history",
+        "kernels",
+    ] {
+        assert!(public.iter().any(|n| n == t), "{t} not in {public:?}");
+    }
+    let cols = json("DESCRIBE packs");
+    assert_eq!(cols[0]["column_name"], "name");
+    assert_eq!(cols[0]["data_type"], "Utf8");
+    let shown = json("SHOW COLUMNS FROM tensors");
+    assert!(
+        shown.iter().any(|r| r["column_name"] == "pack"),
+        "{shown:?}"
+    );
+    let n = json(
+        "SELECT count(*) AS n FROM information_schema.columns \
+         WHERE table_schema = 'public' AND table_name = 'packs'",
+    );
+    assert_eq!(n[0]["n"], 10);
+}
+
 #[test]
 fn the_sql_prompt_lists_tables_and_runs_statements() {
     use std::io::Write;

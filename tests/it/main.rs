@@ -7,6 +7,7 @@ mod hub_server;
 mod s3_server;
 mod support;
 
+mod catalog_paths;
 mod cli;
 mod fetch;
 mod gemma_e2e;
