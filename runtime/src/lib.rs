@@ -32,3 +32,6 @@ pub use host_check::HostKernels;
 pub use model::{Model, Session};
 pub use pack::{Manifest, Pack};
 pub use spec::ModelSpec;
+
+#[cfg(test)]
+mod model_tests;

@@ -240,35 +240,3 @@ fn huge_pages_available() -> bool {
     std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
         .is_ok_and(|s| s.contains("[always]") || s.contains("[madvise]"))
 }
-
-#[cfg(test)]
-mod tests {
-
-    use crate::model::test_pack::*;
-
-    use crate::pack::{Manifest, Pack, Verification};
-    use crate::spec::{Act, QkNorm};
-
-    #[test]
-    fn unverified_packs_are_refused_unless_allowed() {
-        let sp = spec(QkNorm::Off, Act::Silu, false);
-        let dir = tempfile::tempdir().expect("tempdir");
-        write_pack(dir.path(), &sp);
-        let mpath = dir.path().join("manifest.json");
-        let mut man: Manifest =
-            serde_json::from_slice(&std::fs::read(&mpath).expect("read")).expect("json");
-        man.verification = Verification {
-            verified: false,
-            summary: "1 of 30 tensors failed: lm_head.weight".into(),
-            repaired: Vec::new(),
-        };
-        std::fs::write(&mpath, serde_json::to_vec(&man).expect("json")).expect("write");
-        let e = Pack::open(dir.path(), false).expect_err("refused");
-        let msg = e.to_string();
-        assert!(
-            msg.contains("not verified") && msg.contains("lm_head.weight"),
-            "{msg}"
-        );
-        assert!(Pack::open(dir.path(), true).is_ok());
-    }
-}

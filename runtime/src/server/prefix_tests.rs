@@ -5,7 +5,7 @@
 
 use super::Pool;
 use crate::model::Model;
-use crate::model::test_pack::{V, conv_spec, delta_spec, spec, write_pack};
+use crate::model_tests::{V, conv_spec, delta_spec, spec, write_pack};
 use crate::pack::Pack;
 use crate::spec::{Act, ModelSpec, QkNorm, ValueHeadOrder};
 

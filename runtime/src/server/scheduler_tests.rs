@@ -19,7 +19,7 @@ use super::metrics::Metrics;
 use super::scheduler::{Engine, Event, Job, Limits, Scheduler};
 use crate::generate::{Finish, Prompt, Request, generate};
 use crate::model::Model;
-use crate::model::test_pack::{V, conv_spec, delta_spec, spec, write_pack_with};
+use crate::model_tests::{V, conv_spec, delta_spec, spec, write_pack_with};
 use crate::pack::Pack;
 use crate::sample::SamplerConfig;
 use crate::spec::{Act, ModelSpec, QkNorm, ValueHeadOrder};

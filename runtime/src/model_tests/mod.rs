@@ -1,7 +1,9 @@
-//! A small synthetic pack written for the runtime's unit tests: a two-layer model with a
-//! windowed and a global attention layer (and its short-convolution and gated-DeltaNet variants),
-//! random tiles, the pack folder and its loading, plus the comparisons the tests share (the bits
-//! of logits, a prefill against single steps, two sequences interleaved against each alone).
+//! The runtime's tests on a small synthetic pack, one file per part of the model they check. This
+//! module writes the pack: a two-layer model with a windowed and a global attention layer (and its
+//! short-convolution and gated-DeltaNet variants), random tiles, the pack folder and its loading,
+//! plus the comparisons the tests share (the bits of logits, a prefill against single steps, two
+//! sequences interleaved against each alone). It sits above the modules it tests, so none of them
+//! imports it.
 
 use crate::kernels::TileLayout;
 use crate::kernels::tests::random_matrix;
@@ -10,6 +12,16 @@ use crate::pack::{HEAD_SCAN_FILE, HeadScan, Manifest, Pack, TensorEntry};
 use crate::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable, ValueHeadOrder};
 use std::collections::BTreeMap;
 use std::io::Write;
+
+mod delta_net;
+mod evaluate;
+mod forward;
+mod head;
+mod load;
+mod npu;
+mod session;
+mod short_conv;
+mod stats;
 
 pub(crate) const H: usize = 128;
 
