@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use crate::groups::{Group, Method};
 use crate::{Planned, TensorReport, encode, gptq, groups, refuse};
 use onebit_stages::error::{Error, IoContext, Result};
+use onebit_stages::format::encode::ErrorSums;
 use onebit_stages::format::gguf::names::RowMap;
 use onebit_stages::format::gguf::{GgufFile, GgufTensor};
 use onebit_stages::format::q4nx::Dtype;
@@ -100,36 +101,6 @@ pub(crate) fn write_pack(
     Ok(reports)
 }
 
-/// Error accumulator over a tensor.
-#[derive(Default, Clone, Copy)]
-struct Err2 {
-    e2: f64,
-    n2: f64,
-    max: f64,
-}
-
-impl Err2 {
-    fn add(&mut self, stored: f32, truth: f32) {
-        let e = (stored - truth) as f64;
-        self.e2 += e * e;
-        self.n2 += (truth as f64) * (truth as f64);
-        self.max = self.max.max(e.abs());
-    }
-    fn merge(mut self, o: Err2) -> Err2 {
-        self.e2 += o.e2;
-        self.n2 += o.n2;
-        self.max = self.max.max(o.max);
-        self
-    }
-    fn rel(&self) -> f64 {
-        if self.n2 > 0.0 {
-            (self.e2 / self.n2).sqrt()
-        } else {
-            0.0
-        }
-    }
-}
-
 fn io(w: &mut dyn Write, b: &[u8], path: &Path) -> Result<()> {
     w.write_all(b).at("write", path)
 }
@@ -148,7 +119,7 @@ fn write_plain(
         return write_small_plain(g, src, p, w);
     }
     let scale = p.scale;
-    let mut total = Err2::default();
+    let mut total = ErrorSums::default();
     let mut r0 = 0;
     while r0 < rows {
         let r1 = (r0 + PLAIN_BATCH).min(rows);
@@ -161,7 +132,7 @@ fn write_plain(
             .par_chunks_mut(2 * k as usize)
             .zip(vals.par_chunks(k as usize))
             .map(|(out, row)| {
-                let mut e = Err2::default();
+                let mut e = ErrorSums::default();
                 for (o, &v) in out.chunks_exact_mut(2).zip(row) {
                     let t = match scale {
                         Some(s) => v * s,
@@ -173,7 +144,7 @@ fn write_plain(
                 }
                 e
             })
-            .reduce(Err2::default, Err2::merge);
+            .reduce(ErrorSums::default, ErrorSums::merge);
         total = total.merge(err);
         io(w, &flat, g.path())?;
         r0 = r1;
@@ -211,7 +182,7 @@ fn write_small_plain(
         vals = t;
     }
     let f32_out = stays_f32(&p.name);
-    let mut e = Err2::default();
+    let mut e = ErrorSums::default();
     let mut bytes = Vec::with_capacity(vals.len() * 4);
     for &v in &vals {
         if f32_out {
@@ -287,15 +258,15 @@ fn write_tiled(
     let repeated = repeats_rows(&p.name) && rows < r_tile;
     // Row blocks holding source rows; the last one's rows past `rows` stay zero (pad rows).
     let rb_total = if repeated { 1 } else { rows.div_ceil(r_tile) };
-    let mut total = Err2::default();
+    let mut total = ErrorSums::default();
     let mut rb0 = 0;
     while rb0 < rb_total {
         let rb1 = (rb0 + TILE_BATCH).min(rb_total);
-        let bands: Vec<Result<(Vec<u8>, Err2)>> = (rb0..rb1)
+        let bands: Vec<Result<(Vec<u8>, ErrorSums)>> = (rb0..rb1)
             .into_par_iter()
             .map(|rb| {
                 let mut band = vec![0u8; band_bytes];
-                let mut err = Err2::default();
+                let mut err = ErrorSums::default();
                 let mut gs: Vec<Group> = Vec::new();
                 let mut vals = vec![0f32; k as usize];
                 for r in 0..r_tile {

@@ -16,6 +16,7 @@ use onebit_pack::host::HostRuntime;
 use onebit_pipeline::{Graph, Input, Stage};
 
 use crate::error::{Error, Result};
+use crate::stage::RepoInputs;
 use crate::stage::dequant::DequantStage;
 use crate::stage::detect::DetectStage;
 use crate::stage::fetch::{FetchInfo, FetchStage};
@@ -119,29 +120,24 @@ pub fn import_graph(source: &ImportSource, host: Arc<dyn HostRuntime>) -> Result
             extra: extra.clone(),
         }));
     }
-    stages.push(Arc::new(DetectStage {
+    let repo = || RepoInputs {
         extra: extra.clone(),
         model: model.clone(),
         config: config.clone(),
         reference: source.reference.clone(),
-    }));
+    };
+    stages.push(Arc::new(DetectStage { repo: repo() }));
     stages.push(Arc::new(DequantStage {
         extra: extra.clone(),
         model: model.clone(),
     }));
     stages.push(Arc::new(VerifyStage {
-        extra: extra.clone(),
-        model: model.clone(),
-        config: config.clone(),
-        reference: source.reference.clone(),
+        repo: repo(),
         tie_rows: 4096,
     }));
     if source.repair {
         stages.push(Arc::new(RepairStage {
-            extra: extra.clone(),
-            model,
-            config: config.clone(),
-            reference: source.reference.clone(),
+            repo: repo(),
             tie_rows: 4096,
         }));
     }

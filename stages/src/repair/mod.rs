@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::format::encode::groups::{self, Group};
-use crate::format::encode::{place_row, writable};
+use crate::format::encode::{ErrorSums, place_row, writable};
 use crate::format::gguf::names::{MapDims, prescaled_embedding, twin};
 use crate::format::gguf::{GgufFile, dequant};
 use crate::format::native::native_copy;
@@ -204,29 +204,6 @@ pub struct Repaired {
     pub max_abs: f64,
 }
 
-/// Error sums over a tensor.
-#[derive(Clone, Copy, Default)]
-struct Err2 {
-    e2: f64,
-    n2: f64,
-    max: f64,
-}
-
-impl Err2 {
-    fn add(&mut self, stored: f32, truth: f32) {
-        let e = (stored - truth) as f64;
-        self.e2 += e * e;
-        self.n2 += (truth as f64) * (truth as f64);
-        self.max = self.max.max(e.abs());
-    }
-    fn merge(mut self, o: Err2) -> Err2 {
-        self.e2 += o.e2;
-        self.n2 += o.n2;
-        self.max = self.max.max(o.max);
-        self
-    }
-}
-
 /// The rebuilt bytes of `l` (same tile kind, same grid, same size as the pack's) from `p`'s
 /// source, and the report.
 pub fn rebuild(
@@ -294,11 +271,11 @@ pub fn rebuild(
             }
         }
     };
-    let bands: Vec<Result<(Vec<u8>, Err2)>> = (0..row_blocks as usize)
+    let bands: Vec<Result<(Vec<u8>, ErrorSums)>> = (0..row_blocks as usize)
         .into_par_iter()
         .map(|rb| {
             let mut band = vec![0u8; band_bytes];
-            let mut err = Err2::default();
+            let mut err = ErrorSums::default();
             let mut gs: Vec<Group> = Vec::new();
             let mut vals: Vec<f32> = Vec::new();
             for r in 0..r_tile {
@@ -352,7 +329,7 @@ pub fn rebuild(
         })
         .collect();
     let mut bytes = Vec::with_capacity(l.bytes as usize);
-    let mut total = Err2::default();
+    let mut total = ErrorSums::default();
     for b in bands {
         let (band, err) = b?;
         total = total.merge(err);
@@ -369,11 +346,7 @@ pub fn rebuild(
             kind: kind.name().to_string(),
             source: p.source.to_string(),
             method: method.into(),
-            rel_l2: if total.n2 > 0.0 {
-                (total.e2 / total.n2).sqrt()
-            } else {
-                0.0
-            },
+            rel_l2: total.rel(),
             max_abs: total.max,
         },
     ))

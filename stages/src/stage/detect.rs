@@ -1,10 +1,9 @@
 //! The detect stage: each tensor's tile kind, grid, padded K and signedness, with the evidence
 //! ([`crate::layout::detect`]).
 
-use std::path::PathBuf;
-
 use onebit_pipeline::{Input, Stage, StageContext, StageError};
 
+use super::RepoInputs;
 use crate::format::gguf::GgufFile;
 use crate::format::gguf::names::MapDims;
 use crate::format::q4nx::Container;
@@ -13,10 +12,7 @@ use crate::layout::geometry::Geometry;
 
 /// The tile-kind stage: decides each tensor's layout (see [`crate::layout::detect`]).
 pub struct DetectStage {
-    pub(crate) extra: Vec<Input>,
-    pub(crate) model: PathBuf,
-    pub(crate) config: Option<PathBuf>,
-    pub(crate) reference: Option<PathBuf>,
+    pub(crate) repo: RepoInputs,
 }
 
 impl DetectStage {
@@ -37,29 +33,15 @@ impl Stage for DetectStage {
         Self::VERSION
     }
     fn inputs(&self) -> Vec<Input> {
-        let mut v = vec![Input::external("model", &self.model)];
-        if let Some(c) = &self.config {
-            v.push(Input::external("config", c));
-        }
-        if let Some(r) = &self.reference {
-            v.push(Input::external("reference", r));
-        }
-        v.extend(self.extra.iter().cloned());
-        v
+        self.repo.inputs(&[])
     }
     fn outputs(&self) -> Vec<String> {
         vec!["layouts.json".into()]
     }
     fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
         let container = Container::open(ctx.input("model")?)?;
-        let geometry = match &self.config {
-            Some(_) => Some(Geometry::from_file(ctx.input("config")?)?),
-            None => None,
-        };
-        let gguf = match &self.reference {
-            Some(_) => Some(GgufFile::open(ctx.input("reference")?)?),
-            None => None,
-        };
+        let geometry = self.repo.geometry(ctx)?;
+        let gguf = self.repo.gguf(ctx)?;
         let reference = gguf.as_ref().map(|g| reference_of(g, geometry.as_ref()));
         let layouts = detect_pack_with(&container, geometry.as_ref(), reference.as_ref())?;
         for l in &layouts {

@@ -13,13 +13,71 @@ pub mod repair;
 pub mod semantics;
 pub mod verify;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{Field, Schema};
 
+use onebit_pipeline::{Input, StageContext, StageError};
+
 use crate::error::{Error, Result};
+use crate::format::gguf::GgufFile;
+use crate::layout::geometry::Geometry;
+
+/// The repository files the detect, verify and repair stages read: `model.q4nx`, config.json and
+/// the GGUF reference when there are, and the inputs every stage of the graph shares.
+pub struct RepoInputs {
+    /// Inputs every stage of the graph shares (the fetch record).
+    pub extra: Vec<Input>,
+    /// `model.q4nx`.
+    pub model: PathBuf,
+    /// config.json, when the repository has one.
+    pub config: Option<PathBuf>,
+    /// The GGUF reference, when the import has one.
+    pub reference: Option<PathBuf>,
+}
+
+impl RepoInputs {
+    /// The stage's inputs: `model`, then `artifacts`, then config, reference and the shared ones,
+    /// in that order (the order is part of the stage's key).
+    pub(crate) fn inputs(&self, artifacts: &[Input]) -> Vec<Input> {
+        let mut v = vec![Input::external("model", &self.model)];
+        v.extend(artifacts.iter().cloned());
+        if let Some(c) = &self.config {
+            v.push(Input::external("config", c));
+        }
+        if let Some(r) = &self.reference {
+            v.push(Input::external("reference", r));
+        }
+        v.extend(self.extra.iter().cloned());
+        v
+    }
+
+    /// The config's path as the running stage sees it, when there is one.
+    pub(crate) fn config(&self, ctx: &StageContext<'_>) -> Result<Option<PathBuf>, StageError> {
+        Ok(match &self.config {
+            Some(_) => Some(ctx.input("config")?.to_path_buf()),
+            None => None,
+        })
+    }
+
+    /// The model geometry config.json gives, when there is one.
+    pub(crate) fn geometry(&self, ctx: &StageContext<'_>) -> Result<Option<Geometry>, StageError> {
+        Ok(match &self.config {
+            Some(_) => Some(Geometry::from_file(ctx.input("config")?)?),
+            None => None,
+        })
+    }
+
+    /// The GGUF reference, opened, when there is one.
+    pub(crate) fn gguf(&self, ctx: &StageContext<'_>) -> Result<Option<GgufFile>, StageError> {
+        Ok(match &self.reference {
+            Some(_) => Some(GgufFile::open(ctx.input("reference")?)?),
+            None => None,
+        })
+    }
+}
 
 /// A table from its fields and columns, a mismatch named by the table.
 pub(crate) fn batch(

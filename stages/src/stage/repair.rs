@@ -9,28 +9,22 @@
 //! and verdict copied). A broken tensor with no provable source fails the stage naming it.
 
 use std::io::{Seek, SeekFrom, Write};
-use std::path::PathBuf;
 
 use onebit_pipeline::{Input, Stage, StageContext, StageError};
 
+use super::RepoInputs;
 use super::detect::reference_of;
 use super::verify::{verify_container, write_verification};
 use crate::error::{Error, IoContext};
-use crate::format::gguf::GgufFile;
 use crate::format::q4nx::Container;
 use crate::layout::TensorLayout;
 use crate::layout::detect::detect_pack_with;
-use crate::layout::geometry::Geometry;
 use crate::repair::{Repaired, is_broken, plan, rebuild};
 use crate::verify::{PackVerdict, reference_dims};
 
 /// The repair stage.
 pub struct RepairStage {
-    /// Inputs every stage of the graph shares (the fetch record).
-    pub(crate) extra: Vec<Input>,
-    pub(crate) model: PathBuf,
-    pub(crate) config: Option<PathBuf>,
-    pub(crate) reference: Option<PathBuf>,
+    pub(crate) repo: RepoInputs,
     pub(crate) tie_rows: u64,
 }
 
@@ -50,19 +44,10 @@ impl Stage for RepairStage {
         serde_json::json!({ "tie_rows": self.tie_rows })
     }
     fn inputs(&self) -> Vec<Input> {
-        let mut v = vec![
-            Input::external("model", &self.model),
+        self.repo.inputs(&[
             Input::artifact("layouts", "detect", "layouts.json"),
             Input::artifact("verification", "verify", "verification"),
-        ];
-        if let Some(c) = &self.config {
-            v.push(Input::external("config", c));
-        }
-        if let Some(r) = &self.reference {
-            v.push(Input::external("reference", r));
-        }
-        v.extend(self.extra.iter().cloned());
-        v
+        ])
     }
     fn outputs(&self) -> Vec<String> {
         vec![
@@ -77,18 +62,9 @@ impl Stage for RepairStage {
         let container = Container::open(&model)?;
         let layouts: Vec<TensorLayout> =
             serde_json::from_slice(&std::fs::read(ctx.input("layouts")?)?)?;
-        let geometry = match &self.config {
-            Some(_) => Some(Geometry::from_file(ctx.input("config")?)?),
-            None => None,
-        };
-        let gguf = match &self.reference {
-            Some(_) => Some(GgufFile::open(ctx.input("reference")?)?),
-            None => None,
-        };
-        let config = match &self.config {
-            Some(_) => Some(ctx.input("config")?.to_path_buf()),
-            None => None,
-        };
+        let geometry = self.repo.geometry(ctx)?;
+        let gguf = self.repo.gguf(ctx)?;
+        let config = self.repo.config(ctx)?;
         let (arch, dims) = reference_dims(geometry.as_ref(), gguf.as_ref());
         let (planned, refused) = plan(&layouts, gguf.as_ref(), &arch, dims);
         if let Some(first) = refused.first() {

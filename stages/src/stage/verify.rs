@@ -1,10 +1,11 @@
 //! The verify stage: every tensor against the GGUF reference and the tied head against the
 //! embedding, by the rules of [`crate::verify`]; the `verification` table and the pack verdict.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use onebit_pipeline::{Input, Stage, StageContext, StageError};
 
+use super::RepoInputs;
 use super::semantics::semantics_of_dir;
 use super::write_parquet;
 use crate::error::{Error, Result};
@@ -18,10 +19,7 @@ use crate::verify::{PackVerdict, VerifyRow, run_verify};
 /// The verify stage: every tensor against the GGUF reference and the tied head against the
 /// embedding (see [`crate::verify`]).
 pub struct VerifyStage {
-    pub(crate) extra: Vec<Input>,
-    pub(crate) model: PathBuf,
-    pub(crate) config: Option<PathBuf>,
-    pub(crate) reference: Option<PathBuf>,
+    pub(crate) repo: RepoInputs,
     pub(crate) tie_rows: u64,
 }
 
@@ -54,18 +52,8 @@ impl Stage for VerifyStage {
         serde_json::json!({ "tie_rows": self.tie_rows })
     }
     fn inputs(&self) -> Vec<Input> {
-        let mut v = vec![
-            Input::external("model", &self.model),
-            Input::artifact("layouts", "detect", "layouts.json"),
-        ];
-        if let Some(c) = &self.config {
-            v.push(Input::external("config", c));
-        }
-        if let Some(r) = &self.reference {
-            v.push(Input::external("reference", r));
-        }
-        v.extend(self.extra.iter().cloned());
-        v
+        self.repo
+            .inputs(&[Input::artifact("layouts", "detect", "layouts.json")])
     }
     fn outputs(&self) -> Vec<String> {
         vec!["verification".into()]
@@ -74,18 +62,9 @@ impl Stage for VerifyStage {
         let container = Container::open(ctx.input("model")?)?;
         let layouts: Vec<TensorLayout> =
             serde_json::from_slice(&std::fs::read(ctx.input("layouts")?)?)?;
-        let geometry = match &self.config {
-            Some(_) => Some(Geometry::from_file(ctx.input("config")?)?),
-            None => None,
-        };
-        let gguf = match &self.reference {
-            Some(_) => Some(GgufFile::open(ctx.input("reference")?)?),
-            None => None,
-        };
-        let config = match &self.config {
-            Some(_) => Some(ctx.input("config")?.to_path_buf()),
-            None => None,
-        };
+        let geometry = self.repo.geometry(ctx)?;
+        let gguf = self.repo.gguf(ctx)?;
+        let config = self.repo.config(ctx)?;
         let (rows, verdict) = verify_container(
             &container,
             &layouts,

@@ -14,6 +14,45 @@ pub fn writable(kind: TileKind) -> bool {
     kind.layout().scales == Scales::Bf16
 }
 
+/// The error of stored values against the values they stand for, summed over a tensor in
+/// parallel parts: what the converter and the repair stage report per tensor they encode.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ErrorSums {
+    /// Σ (stored − truth)².
+    pub e2: f64,
+    /// Σ truth².
+    pub n2: f64,
+    /// max |stored − truth|.
+    pub max: f64,
+}
+
+impl ErrorSums {
+    /// Adds one value.
+    pub fn add(&mut self, stored: f32, truth: f32) {
+        let e = (stored - truth) as f64;
+        self.e2 += e * e;
+        self.n2 += (truth as f64) * (truth as f64);
+        self.max = self.max.max(e.abs());
+    }
+
+    /// The sums of two parts.
+    pub fn merge(mut self, o: ErrorSums) -> ErrorSums {
+        self.e2 += o.e2;
+        self.n2 += o.n2;
+        self.max = self.max.max(o.max);
+        self
+    }
+
+    /// ‖stored − truth‖ / ‖truth‖ (0 for an all-zero truth).
+    pub fn rel(&self) -> f64 {
+        if self.n2 > 0.0 {
+            (self.e2 / self.n2).sqrt()
+        } else {
+            0.0
+        }
+    }
+}
+
 /// Columns per tile row for the grid (`C`), i.e. the unit K is padded to.
 pub fn grid_cols(kind: TileKind) -> usize {
     kind.cols()
