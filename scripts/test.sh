@@ -43,7 +43,7 @@ ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF
 done_step
 # --lib --bins --tests: unit and integration tests (the crates carry no doctests).
-step "building the tests (a fresh clone compiles for about 18 minutes on 2 cores)"
+step "building the tests (a fresh clone compiles for about 13 minutes on 2 cores)"
 cargo test --workspace --no-run --lib --bins --tests
 done_step
 if [ -n "$s3s_pid" ]; then
