@@ -70,6 +70,31 @@ fn planes(l: &TileLayout, tile: &[u8], d: &mut [f32; MAX_SLOTS], m: &mut [f32; M
     }
 }
 
+/// Runs `$body` with `$l` bound to the kind's row of the table as a constant, so the lane loops
+/// are compiled for each kind's geometry (unrolled and vectorized for its lane height) rather than
+/// reading it at run time: that made the 8-bit decode 2.4× slower.
+macro_rules! with_const_layout {
+    ($kind:expr, |$l:ident| $body:expr) => {
+        match $kind {
+            TileKind::Q41_5120 => with_const_layout!(@ Q41_5120, $l, $body),
+            TileKind::Q40_5120 => with_const_layout!(@ Q40_5120, $l, $body),
+            TileKind::Q8H_5120 => with_const_layout!(@ Q8H_5120, $l, $body),
+            TileKind::Q41_1280 => with_const_layout!(@ Q41_1280, $l, $body),
+            TileKind::Q40_4608 => with_const_layout!(@ Q40_4608, $l, $body),
+            TileKind::Q4K_4736 => with_const_layout!(@ Q4K_4736, $l, $body),
+            TileKind::Q8L_8704 => with_const_layout!(@ Q8L_8704, $l, $body),
+            TileKind::Q8C_8704 => with_const_layout!(@ Q8C_8704, $l, $body),
+            TileKind::Q41_2560 => with_const_layout!(@ Q41_2560, $l, $body),
+            TileKind::MXFP4_2560 => with_const_layout!(@ MXFP4_2560, $l, $body),
+        }
+    };
+    (@ $kind:ident, $l:ident, $body:expr) => {{
+        const L: &TileLayout = TileKind::$kind.layout();
+        let $l = L;
+        $body
+    }};
+}
+
 fn check_sizes(l: &TileLayout, tile: &[u8], out: &[f32]) {
     assert_eq!(tile.len(), l.bytes, "tile slice of the wrong size");
     assert!(out.len() >= l.rows * l.cols, "output buffer too small");
@@ -97,10 +122,10 @@ impl TileCodec for TileKind {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
-            unsafe { decode_cols_avx2(l, tile, out) };
+            unsafe { decode_cols_avx2(self, tile, out) };
             return;
         }
-        decode_cols_portable(l, tile, out);
+        with_const_layout!(self, |l| decode_cols_portable(l, tile, out));
     }
 }
 
@@ -109,7 +134,14 @@ impl TileCodec for TileKind {
 /// results are bit-identical to the portable build.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn decode_cols_avx2(l: &TileLayout, tile: &[u8], out: &mut [f32]) {
+unsafe fn decode_cols_avx2(kind: TileKind, tile: &[u8], out: &mut [f32]) {
+    with_const_layout!(kind, |l| decode_cols_avx2_with(l, tile, out))
+}
+
+/// [`decode_cols_avx2`] for one layout (inlined into it with the layout constant).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn decode_cols_avx2_with(l: &TileLayout, tile: &[u8], out: &mut [f32]) {
     let signed = match l.codes {
         Codes::Unsigned4 => false,
         Codes::Signed4 => true,
@@ -118,8 +150,8 @@ unsafe fn decode_cols_avx2(l: &TileLayout, tile: &[u8], out: &mut [f32]) {
     let (mut d, mut m) = ([0f32; MAX_SLOTS], [0f32; MAX_SLOTS]);
     let n = l.slots();
     let m = planes(l, tile, &mut d, &mut m).then_some(&m[..n]);
-    // SAFETY: AVX2 is enabled here; sizes were checked by the caller, and every table row's lane
-    // height is a multiple of 16.
+    // SAFETY: only called from `decode_cols_avx2`, which the caller runs on a CPU with AVX2; sizes
+    // were checked by the caller, and every table row's lane height is a multiple of 16.
     unsafe { avx2::decode4_cols(tile, l, signed, &d[..n], m, out) }
 }
 
