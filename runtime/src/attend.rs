@@ -11,21 +11,39 @@
 //! accumulator, the same order over the head and over the keys, the same final reduction — so a
 //! query's numbers are bit for bit the same alone (decode) as in a block (prefill, batches).
 
-use crate::ops::dot_portable;
+use crate::kv::Row;
 #[cfg(target_arch = "x86_64")]
 use crate::ops::simd;
+
+/// `a·b` with eight partial sums in a fixed order (`ops::dot_portable`'s), `b` read in its own
+/// type: the scores where the CPU has no AVX2.
+fn dot_portable<R: Row>(a: &[f32], b: &R) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [0f32; 8];
+    for i in 0..n / 8 {
+        for (j, s) in acc.iter_mut().enumerate() {
+            *s += a[i * 8 + j] * b.get(i * 8 + j);
+        }
+    }
+    let mut s = acc.iter().sum::<f32>();
+    for (i, &x) in a.iter().enumerate().take(n).skip(n / 8 * 8) {
+        s += x * b.get(i);
+    }
+    s
+}
 
 /// Queries per block.
 pub const QUERIES: usize = 4;
 
-/// `out[i·keys.len() + j] = q_i·k_j` for up to [`QUERIES`] queries (all of one length `d`).
-pub fn scores(queries: &[&[f32]], keys: &[&[f32]], out: &mut [f32]) {
+/// `out[i·keys.len() + j] = q_i·k_j` for up to [`QUERIES`] queries (all of one length `d`), the
+/// keys read in the cache's own type.
+pub fn scores<R: Row>(queries: &[&[f32]], keys: &[R], out: &mut [f32]) {
     assert!(queries.len() <= QUERIES && out.len() >= queries.len() * keys.len());
     #[cfg(target_arch = "x86_64")]
     if simd() {
         for (j0, pair) in keys.chunks(2).enumerate() {
             let mut block = [[0f32; 2]; QUERIES];
-            // SAFETY: `simd()` checked AVX2 and FMA.
+            // SAFETY: `simd()` checked AVX2, FMA and F16C.
             unsafe { avx2::scores(queries, pair, &mut block) };
             for (i, row) in block.iter().enumerate().take(queries.len()) {
                 for (jj, &s) in row.iter().enumerate().take(pair.len()) {
@@ -46,11 +64,11 @@ pub fn scores(queries: &[&[f32]], keys: &[&[f32]], out: &mut [f32]) {
 /// first]` is key `j`'s value vector, `weights[i]` query `i`'s weights from key `first` on, and
 /// query `i` sums keys `ranges[i].0 ..= ranges[i].1` (its causal window) in increasing order.
 /// Each output is overwritten.
-pub fn weighted_sums(
+pub fn weighted_sums<R: Row>(
     weights: &[&[f32]],
     ranges: &[(usize, usize)],
     first: usize,
-    values: &[&[f32]],
+    values: &[R],
     outs: &mut [&mut [f32]],
 ) {
     assert!(
@@ -58,15 +76,16 @@ pub fn weighted_sums(
     );
     #[cfg(target_arch = "x86_64")]
     if simd() {
-        // SAFETY: `simd()` checked AVX2 and FMA; `wide()` AVX-512 F.
+        // SAFETY: `simd()` checked AVX2, FMA and F16C; `wide()` AVX-512 F.
         return unsafe { avx2::weighted_sums(weights, ranges, first, values, outs, wide()) };
     }
     for ((w, &(lo, hi)), out) in weights.iter().zip(ranges).zip(outs.iter_mut()) {
         out.fill(0.0);
         for j in lo..=hi {
             let p = w[j - first];
-            for (o, &v) in out.iter_mut().zip(values[j - first]) {
-                *o += p * v;
+            let v = values[j - first];
+            for (t, o) in out.iter_mut().enumerate() {
+                *o += p * v.get(t);
             }
         }
     }
@@ -88,11 +107,11 @@ macro_rules! slices_fn {
         #[allow(clippy::too_many_arguments)]
         #[inline]
         #[target_feature(enable = $feat)]
-        pub(super) unsafe fn slices<const S: usize>(
+        pub(super) unsafe fn slices<R: Row, const S: usize>(
             weights: &[&[f32]],
             ranges: &[(usize, usize)],
             first: usize,
-            values: &[&[f32]],
+            values: &[R],
             outs: &mut [&mut [f32]],
             c: usize,
             (lo, hi): (usize, usize),
@@ -101,9 +120,9 @@ macro_rules! slices_fn {
             let nq = weights.len();
             let mut acc = [[$zero(); S]; QUERIES];
             let mut key = |j: usize, checked: bool| {
-                let vp = values[j - first].as_ptr();
-                // SAFETY: value j holds c + w·S floats (this function's contract).
-                let v: [$v; S] = std::array::from_fn(|s| unsafe { $load(vp.add(c + $w * s)) });
+                let vr = values[j - first];
+                // SAFETY: value j holds c + w·S values (this function's contract).
+                let v: [$v; S] = std::array::from_fn(|s| unsafe { vr.$load(c + $w * s) });
                 for i in 0..nq {
                     if !checked || (j >= ranges[i].0 && j <= ranges[i].1) {
                         let p = $set1(weights[i][j - first]);
@@ -156,13 +175,14 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::QUERIES;
+    use crate::kv::Row;
 
     slices_fn!(
         "avx512f",
         16,
         __m512,
         _mm512_setzero_ps,
-        _mm512_loadu_ps,
+        load16,
         _mm512_set1_ps,
         _mm512_fmadd_ps,
         _mm512_storeu_ps
@@ -174,13 +194,14 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::QUERIES;
+    use crate::kv::Row;
     use crate::ops::avx2::hsum;
 
     /// Up to 4 queries × 1 or 2 keys.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn scores(
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scores<R: Row>(
         queries: &[&[f32]],
-        keys: &[&[f32]],
+        keys: &[R],
         out: &mut [[f32; 2]; QUERIES],
     ) {
         let d = queries[0].len();
@@ -197,10 +218,7 @@ mod avx2 {
         for c in (0..full).step_by(8) {
             // SAFETY: c + 8 ≤ d, the length of every query and key (asserted above).
             unsafe {
-                let kv = [
-                    _mm256_loadu_ps(keys[0].as_ptr().add(c)),
-                    _mm256_loadu_ps(k1.as_ptr().add(c)),
-                ];
+                let kv = [keys[0].load8(c), k1.load8(c)];
                 for i in 0..nq {
                     let qv = _mm256_loadu_ps(queries[i].as_ptr().add(c));
                     acc[i][0] = _mm256_fmadd_ps(qv, kv[0], acc[i][0]);
@@ -211,8 +229,8 @@ mod avx2 {
         for i in 0..nq {
             for j in 0..nk {
                 let mut s = hsum(acc[i][j]);
-                for t in full..d {
-                    s += queries[i][t] * keys[j][t];
+                for (t, &q) in queries[i].iter().enumerate().skip(full) {
+                    s += q * keys[j].get(t);
                 }
                 out[i][j] = s;
             }
@@ -221,12 +239,12 @@ mod avx2 {
 
     /// See `super::weighted_sums`; `wide`: the CPU has AVX-512 F, and whole 64- and 16-float
     /// slices take its registers.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn weighted_sums(
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn weighted_sums<R: Row>(
         weights: &[&[f32]],
         ranges: &[(usize, usize)],
         first: usize,
-        values: &[&[f32]],
+        values: &[R],
         outs: &mut [&mut [f32]],
         wide: bool,
     ) {
@@ -255,7 +273,7 @@ mod avx2 {
             while c + 64 <= full {
                 // SAFETY: AVX-512 F (the caller's `wide`); c + 64 ≤ d (asserted above).
                 unsafe {
-                    super::avx512::slices::<4>(
+                    super::avx512::slices::<R, 4>(
                         weights, ranges, first, values, outs, c, keys, common,
                     )
                 };
@@ -264,7 +282,7 @@ mod avx2 {
             while c + 16 <= full {
                 // SAFETY: as above, c + 16 ≤ d.
                 unsafe {
-                    super::avx512::slices::<1>(
+                    super::avx512::slices::<R, 1>(
                         weights, ranges, first, values, outs, c, keys, common,
                     )
                 };
@@ -273,30 +291,30 @@ mod avx2 {
         }
         while c + 16 <= full {
             // SAFETY: c + 16 ≤ d, the length of every value and output (asserted above).
-            unsafe { slices::<2>(weights, ranges, first, values, outs, c, (lo, hi), common) };
+            unsafe { slices::<R, 2>(weights, ranges, first, values, outs, c, (lo, hi), common) };
             c += 16;
         }
         if c < full {
             // SAFETY: c + 8 ≤ d, as above.
-            unsafe { slices::<1>(weights, ranges, first, values, outs, c, (lo, hi), common) };
+            unsafe { slices::<R, 1>(weights, ranges, first, values, outs, c, (lo, hi), common) };
         }
         for i in 0..nq {
-            for t in full..d {
+            for (t, o) in outs[i].iter_mut().enumerate().skip(full) {
                 let mut s = 0f32;
                 for j in ranges[i].0..=ranges[i].1 {
-                    s += weights[i][j - first] * values[j - first][t];
+                    s += weights[i][j - first] * values[j - first].get(t);
                 }
-                outs[i][t] = s;
+                *o = s;
             }
         }
     }
 
     slices_fn!(
-        "avx2,fma",
+        "avx2,fma,f16c",
         8,
         __m256,
         _mm256_setzero_ps,
-        _mm256_loadu_ps,
+        load8,
         _mm256_set1_ps,
         _mm256_fmadd_ps,
         _mm256_storeu_ps
@@ -395,5 +413,99 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Keys and values of `n` vectors of `d` values in each cache type: the kernels must read
+    /// every type as its `get` reads it, the same bits alone as in a block, and AVX-512 slices
+    /// as AVX2's.
+    #[test]
+    fn every_cache_type_is_read_as_its_values_in_any_block() {
+        use crate::kv::{Bf16Row, F16Row, Q8Row, rows::quantize_q8};
+        let (n, d) = (7, 128);
+        let src = vecs(n, d, 11);
+        let f16: Vec<Vec<u16>> = src
+            .iter()
+            .map(|v| {
+                v.iter()
+                    .map(|&x| half::f16::from_f32(x).to_bits())
+                    .collect()
+            })
+            .collect();
+        let bf16: Vec<Vec<u16>> = src
+            .iter()
+            .map(|v| {
+                v.iter()
+                    .map(|&x| half::bf16::from_f32(x).to_bits())
+                    .collect()
+            })
+            .collect();
+        let q8: Vec<(Vec<i8>, Vec<u16>)> = src
+            .iter()
+            .map(|v| {
+                let (mut c, mut s) = (vec![0i8; d], vec![0u16; d / 32]);
+                quantize_q8(v, &mut c, &mut s);
+                (c, s)
+            })
+            .collect();
+        let qs = vecs(4, d, 3);
+        let q: Vec<&[f32]> = qs.iter().map(|v| &v[..]).collect();
+        let ws = vecs(4, n, 8);
+        let w: Vec<&[f32]> = ws.iter().map(|v| &v[..]).collect();
+        fn check<R: Row>(q: &[&[f32]], w: &[&[f32]], rows: &[R], what: &str) {
+            let (n, d) = (rows.len(), rows[0].len());
+            let mut all = vec![0f32; q.len() * n];
+            scores(q, rows, &mut all);
+            let ranges = [(0, 3), (1, 4), (2, 5), (2, 6)];
+            let mut outs = vec![vec![f32::NAN; d]; 4];
+            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+            weighted_sums(w, &ranges, 0, rows, &mut refs);
+            for i in 0..q.len() {
+                for (j, r) in rows.iter().enumerate() {
+                    let exact: f64 = (0..d).map(|t| q[i][t] as f64 * r.get(t) as f64).sum();
+                    let got = all[i * n + j];
+                    assert!(
+                        (got as f64 - exact).abs() < 1e-4,
+                        "{what}: {got} vs {exact}"
+                    );
+                    let mut one = [0f32];
+                    scores(&q[i..i + 1], &rows[j..j + 1], &mut one);
+                    assert_eq!(one[0].to_bits(), got.to_bits(), "{what}: alone vs block");
+                }
+                for (t, &o) in outs[i].iter().enumerate() {
+                    let exact: f64 = (ranges[i].0..=ranges[i].1)
+                        .map(|j| w[i][j] as f64 * rows[j].get(t) as f64)
+                        .sum();
+                    assert!((o as f64 - exact).abs() < 1e-4, "{what}: sum");
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            if simd() && std::is_x86_feature_detected!("avx512f") {
+                let [narrow, wide] = [false, true].map(|wide| {
+                    let mut outs = vec![vec![f32::NAN; d]; 4];
+                    let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+                    // SAFETY: AVX2, FMA and F16C (`simd()`), AVX-512 F checked above.
+                    unsafe { avx2::weighted_sums(w, &ranges, 0, rows, &mut refs, wide) };
+                    outs.concat()
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect::<Vec<_>>()
+                });
+                assert_eq!(narrow, wide, "{what}: 16-float slices");
+            }
+        }
+        let rows: Vec<&[f32]> = src.iter().map(|v| &v[..]).collect();
+        check(&q, &w, &rows, "f32");
+        let rows: Vec<F16Row> = f16.iter().map(|v| F16Row(v)).collect();
+        check(&q, &w, &rows, "f16");
+        let rows: Vec<Bf16Row> = bf16.iter().map(|v| Bf16Row(v)).collect();
+        check(&q, &w, &rows, "bf16");
+        let rows: Vec<Q8Row> = q8
+            .iter()
+            .map(|(c, s)| Q8Row {
+                codes: c,
+                scales: s,
+            })
+            .collect();
+        check(&q, &w, &rows, "q8_0");
     }
 }

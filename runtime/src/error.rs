@@ -43,12 +43,36 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The KV cache could not grow: its budget (or the machine) has no room for another block.
+    #[error(
+        "the KV cache has no room: a block of {need} bytes does not fit ({used} of {} bytes in use{})",
+        if *limit == usize::MAX { "the machine's".to_string() } else { limit.to_string() },
+        if *limit == usize::MAX { "" } else { "; --cache-budget sets the budget" }
+    )]
+    CacheMemory {
+        /// Bytes the block needed.
+        need: usize,
+        /// Bytes the caches held.
+        used: usize,
+        /// The budget (`usize::MAX`: none but the allocator's).
+        limit: usize,
+    },
     /// A bug in the runtime; please report it.
     #[error("internal error (a bug, please report it): {0}")]
     Internal(String),
     /// The NPU is absent, or XRT refused an operation (its message).
     #[error("{0}")]
     Npu(String),
+}
+
+impl From<crate::kv::OverBudget> for Error {
+    fn from(e: crate::kv::OverBudget) -> Error {
+        Error::CacheMemory {
+            need: e.need,
+            used: e.used,
+            limit: e.limit,
+        }
+    }
 }
 
 /// Result with the runtime's [`Error`].

@@ -1,5 +1,5 @@
 //! The runtime's answer to the import's kernels stage ([`onebit_pack::host::HostRuntime`]): load
-//! the pack whatever its verdict, then self-check the kernel path on the pack's own weights.
+//! the pack whatever its verdict (through its file mapping: nothing is copied), then self-check the kernel path on the pack's own weights.
 
 use std::path::Path;
 
@@ -14,7 +14,7 @@ pub struct HostKernels;
 impl HostRuntime for HostKernels {
     fn check(&self, pack_dir: &Path) -> Result<HostCheck, HostVerdict> {
         let model = Pack::open(pack_dir, true)
-            .and_then(Model::load)
+            .and_then(Model::load_mapped)
             .map_err(|e| HostVerdict::CannotRun(e.to_string()))?;
         let check = model
             .self_check()

@@ -16,6 +16,7 @@ pub mod grammar;
 mod head;
 mod host_check;
 pub mod kernels;
+pub mod kv;
 pub mod model;
 pub mod npu;
 pub mod ops;

@@ -192,7 +192,10 @@ pub fn axpy(out: &mut [f32], w: f32, v: &[f32]) {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn simd() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    // F16C: the KV cache's 16-bit rows widen in registers (every AVX2 CPU has it).
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
 }
 
 pub(crate) fn dot_portable(a: &[f32], b: &[f32]) -> f32 {

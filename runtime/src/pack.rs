@@ -1,11 +1,13 @@
 //! Opening a verified pack (its format is [`onebit_pack::manifest`]'s) for the forward pass.
 //!
-//! Loading is a memory map of `model.q4nx`, never a copy. A pack whose verification did not pass
+//! Opening is a memory map of `model.q4nx`. Loading a model to run it copies only what every
+//! token streams into memory advised to huge pages ([`Pack::make_resident`]); the embedding and
+//! everything the import reads stay in the mapping. A pack whose verification did not pass
 //! is refused unless the caller allows it explicitly, and the refusal says why.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use memmap2::Mmap;
 pub use onebit_pack::manifest::*;
@@ -30,7 +32,9 @@ pub struct Pack {
     pub dir: PathBuf,
     /// Its manifest.
     pub manifest: Manifest,
-    mmap: Arc<Mmap>,
+    mmap: Mmap,
+    /// The streamed ranges of `mmap`, copied to memory advised to huge pages.
+    resident: Option<Resident>,
     stored: BTreeMap<String, Stored>,
     scan: Option<Mmap>,
 }
@@ -103,54 +107,61 @@ impl Pack {
         Ok(Pack {
             dir: dir.to_path_buf(),
             manifest,
-            mmap: Arc::new(mmap),
+            mmap,
+            resident: None,
             stored,
             scan,
         })
     }
 
-    /// Moves the weights (and the scan head) from the file's page-cache mapping into anonymous
-    /// memory advised to transparent huge pages. A decode step streams every weight once, and
-    /// with 4 KiB pages every page costs a TLB walk and stops the hardware prefetcher at its
-    /// edge: on the Hunyuan-1.8B shape the decode products went from 17.5 to 21.7 GB/s at 2
-    /// threads (`runtime/benches/matvec.rs`, `ONEBIT_BENCH_HUGE`). The copy takes the pack's
-    /// size in anonymous memory while the file's pages become reclaimable cache. Returns the
-    /// bytes moved; nothing moves where Linux has transparent huge pages off (`never`), or
-    /// elsewhere, since the copy buys nothing there.
-    pub fn make_resident(&mut self) -> Result<usize> {
+    /// Copies the byte ranges the forward pass streams at every token (`streamed`: the tiled
+    /// matrices, and a bf16 head) and the scan head from the file's page-cache mapping into
+    /// anonymous memory advised to transparent huge pages, then drops the file's pages of what
+    /// was copied from this process, so nothing is resident twice. A decode step streams every
+    /// one of those bytes once, and with 4 KiB pages every page costs a TLB walk and stops the
+    /// hardware prefetcher at its edge: on the Hunyuan-1.8B shape the decode products went from
+    /// 17.5 to 21.7 GB/s at 2 threads (`runtime/benches/matvec.rs`, `ONEBIT_BENCH_HUGE`).
+    /// What is not streamed (the embedding, of which a token reads one row) stays mapped, and
+    /// only the rows looked up are ever read in. Returns the bytes copied; nothing moves where
+    /// Linux has transparent huge pages off (`never`), or elsewhere, since the copy buys nothing
+    /// there.
+    pub fn make_resident(&mut self, streamed: &[Range<usize>]) -> Result<usize> {
         if !huge_pages_available() {
             return Ok(0);
         }
-        let copy = |src: &[u8], what: &Path| -> Result<Mmap> {
-            let mut m = memmap2::MmapOptions::new()
-                .len(src.len())
-                .map_anon()
-                .at("map anonymous memory for", what)?;
-            // Advice only: a kernel that declines it still gives working memory.
-            #[cfg(target_os = "linux")]
-            let _ = m.advise(memmap2::Advice::HugePage);
-            use rayon::prelude::*;
-            m.par_chunks_mut(1 << 21)
-                .zip(src.par_chunks(1 << 21))
-                .for_each(|(d, s)| d.copy_from_slice(s));
-            m.make_read_only().at("seal the copy of", what)
-        };
-        let mut moved = 0;
-        if !self.mmap.is_empty() {
-            let m = copy(&self.mmap, &self.dir.join("model.q4nx"))?;
-            moved += m.len();
-            self.mmap = Arc::new(m);
-        }
-        if let Some(scan) = self.scan.take() {
-            let m = if scan.is_empty() {
-                scan
-            } else {
-                copy(&scan, &self.dir.join("head-scan.bin"))?
-            };
-            moved += m.len();
-            self.scan = Some(m);
+        let wpath = self.dir.join("model.q4nx");
+        self.resident = Resident::copy(&self.mmap, streamed, &wpath)?;
+        let mut moved = self.resident.as_ref().map_or(0, Resident::bytes);
+        if let (Some(scan), Some(h)) = (self.scan.take(), &self.manifest.head_scan) {
+            let spath = self.dir.join(&h.file);
+            // One span from offset 0: the copy is the scan head's bytes exactly.
+            self.scan = Some(
+                match Resident::copy(&scan, std::slice::from_ref(&(0..scan.len())), &spath)? {
+                    Some(r) => {
+                        moved += r.bytes();
+                        r.map
+                    }
+                    None => scan,
+                },
+            );
         }
         Ok(moved)
+    }
+
+    /// Whether file bytes `range` are read from the resident copy (not the file's mapping).
+    pub fn is_copied(&self, range: &Range<usize>) -> bool {
+        self.resident
+            .as_ref()
+            .is_some_and(|r| r.get(range).is_some())
+    }
+
+    /// Bytes `range` of `model.q4nx`: from the resident copy where it was copied, else from the
+    /// file's mapping.
+    pub fn slice(&self, range: Range<usize>) -> &[u8] {
+        if let Some(b) = self.resident.as_ref().and_then(|r| r.get(&range)) {
+            return b;
+        }
+        &self.mmap[range]
     }
 
     /// The stored tensor `name`.
@@ -160,12 +171,7 @@ impl Pack {
 
     /// The bytes of `name`.
     pub fn bytes(&self, name: &str) -> Option<&[u8]> {
-        self.stored.get(name).map(|s| &self.mmap[s.range.clone()])
-    }
-
-    /// The whole mapped file.
-    pub fn map(&self) -> &Arc<Mmap> {
-        &self.mmap
+        self.stored.get(name).map(|s| self.slice(s.range.clone()))
     }
 
     /// The scan head, when the pack has one.
@@ -226,6 +232,102 @@ fn parse_header(dir: &Path, b: &[u8]) -> Result<BTreeMap<String, Stored>> {
         );
     }
     Ok(out)
+}
+
+/// The page size the copies keep offsets congruent to (and release file pages by).
+const PAGE: usize = 4096;
+
+/// The largest gap between two copied ranges that one copy spans (a tensor's alignment padding),
+/// small enough that no tensor worth leaving mapped fits in it.
+const GAP: usize = 64;
+
+/// Byte ranges of a mapped file copied into anonymous memory advised to transparent huge pages.
+#[derive(Debug)]
+struct Resident {
+    map: Mmap,
+    /// Sorted by file offset, disjoint: `(file range, offset of its copy)`.
+    spans: Vec<(Range<usize>, usize)>,
+}
+
+impl Resident {
+    /// Copies `ranges` of `src` (merged across alignment padding of up to [`GAP`] bytes), each copy at an
+    /// offset congruent to its file offset modulo the page, so every alignment the file gives a
+    /// tensor the copy gives it too; then drops the copied pages from the file's mapping. `None`
+    /// when the ranges are empty.
+    fn copy(src: &Mmap, ranges: &[Range<usize>], what: &Path) -> Result<Option<Resident>> {
+        let mut rs: Vec<Range<usize>> = ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
+        rs.sort_by_key(|r| r.start);
+        let mut merged: Vec<Range<usize>> = Vec::new();
+        for r in rs {
+            match merged.last_mut() {
+                Some(m) if r.start <= m.end + GAP => m.end = m.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        if merged.is_empty() {
+            return Ok(None);
+        }
+        let mut spans = Vec::with_capacity(merged.len());
+        let mut at = 0usize;
+        for r in merged {
+            at = at.next_multiple_of(PAGE) + r.start % PAGE;
+            let len = r.len();
+            spans.push((r, at));
+            at += len;
+        }
+        let mut m = memmap2::MmapOptions::new()
+            .len(at)
+            .map_anon()
+            .at("map anonymous memory for", what)?;
+        // Advice only: a kernel that declines it still gives working memory.
+        #[cfg(target_os = "linux")]
+        let _ = m.advise(memmap2::Advice::HugePage);
+        use rayon::prelude::*;
+        for (r, at) in &spans {
+            m[*at..*at + r.len()]
+                .par_chunks_mut(1 << 21)
+                .zip(src[r.clone()].par_chunks(1 << 21))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+        }
+        let map = m.make_read_only().at("seal the copy of", what)?;
+        let resident = Resident { map, spans };
+        resident.release_file_pages(src);
+        Ok(Some(resident))
+    }
+
+    /// Drops the pages wholly inside a copied span from the file's mapping: they are read from
+    /// the copy from now on, so they would only be held twice. (The page cache keeps them as
+    /// reclaimable cache; this process no longer maps them.)
+    fn release_file_pages(&self, file: &Mmap) {
+        #[cfg(unix)]
+        for (r, _) in &self.spans {
+            let (lo, hi) = (r.start.next_multiple_of(PAGE), r.end / PAGE * PAGE);
+            if hi > lo {
+                // SAFETY: a read-only shared file mapping: dropped pages read back from the file
+                // on the next touch, with the same bytes (the file is never written).
+                let _ = unsafe {
+                    file.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, lo, hi - lo)
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = file;
+    }
+
+    /// Bytes copied.
+    fn bytes(&self) -> usize {
+        self.spans.iter().map(|(r, _)| r.len()).sum()
+    }
+
+    /// The copy of file bytes `range`, when one span holds all of it.
+    fn get(&self, range: &Range<usize>) -> Option<&[u8]> {
+        let i = self.spans.partition_point(|(r, _)| r.start <= range.start);
+        let (r, at) = self.spans.get(i.checked_sub(1)?)?;
+        (range.end <= r.end).then(|| {
+            let o = at + (range.start - r.start);
+            &self.map[o..o + range.len()]
+        })
+    }
 }
 
 /// Environment variable that turns [`Pack::make_resident`] off (`0`).

@@ -37,8 +37,8 @@ pub struct ServeArgs {
     /// Context per sequence in tokens [default: min(model context, 4096)].
     #[arg(long)]
     pub ctx_size: Option<usize>,
-    /// Sequences generated at once (each holds one KV cache of --ctx-size tokens, allocated at
-    /// start).
+    /// Sequences generated at once (each with a KV cache of up to --ctx-size tokens, allocated
+    /// in blocks as it fills).
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
     /// Requests waiting for a slot before new ones get 503.
@@ -51,6 +51,10 @@ pub struct ServeArgs {
     /// one (for measuring; answers are the same either way).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// MiB all KV caches together may hold; a request whose cache would need more gets 503
+    /// [default: 90 % of the memory available when the model is ready].
+    #[arg(long, value_name = "MIB")]
+    pub cache_budget: Option<usize>,
     /// Largest request body in bytes.
     #[arg(long, default_value_t = 2 << 20)]
     pub max_body: usize,
@@ -126,6 +130,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
         batch: a.batch,
         ctx: a.ctx_size.unwrap_or(0),
         prefix_cache: !a.no_prefix_cache,
+        cache_budget: a.cache_budget.map(|m| m.saturating_mul(1 << 20)),
     };
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
     let server = Server::new(Options {
@@ -159,6 +164,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
                 Ok((model, text, on)) => {
                     let source = model.pack.manifest.provenance.source.clone();
                     let context = model.spec.context;
+                    let (ty, memory) = (model.cache_type(), model.cache_memory().clone());
                     // Bytes per sequence grow linearly with its context (KV rows; fixed state).
                     let (fixed, per_token) = (
                         model.session_bytes(0),
@@ -167,7 +173,8 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
                     match server.ready(Engine::new(model, text)) {
                         Ok(l) => eprintln!(
                             "ready: {source} on {on}; {} sequences × {} tokens of context ({}; \
-                             the model's context is {context}), {} MiB of caches",
+                             the model's context is {context}); KV cache {ty}: {} MiB now, {} MiB \
+                             at most so far, {} MiB with every sequence full{}",
                             l.slots,
                             l.ctx,
                             if asked_ctx.is_some() {
@@ -175,9 +182,16 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
                             } else {
                                 format!("default: the model's context, at most {DEFAULT_CTX}")
                             },
+                            memory.used() >> 20,
+                            memory.peak() >> 20,
                             l.slots
                                 .saturating_mul(fixed + per_token.saturating_mul(l.ctx))
                                 >> 20,
+                            if memory.limit() == usize::MAX {
+                                String::new()
+                            } else {
+                                format!(" (budget {} MiB)", memory.limit() >> 20)
+                            },
                         ),
                         Err(why) => {
                             let _ = fail_tx.send(anyhow::Error::new(super::Refused(format!(

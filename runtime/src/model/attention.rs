@@ -10,6 +10,7 @@ use super::weight::{Binder, Weight};
 use super::{Model, PARALLEL_ROWS};
 use crate::attend;
 use crate::error::Result;
+use crate::kv::{LayerCache, ReadRows, Row};
 use crate::ops;
 use crate::spec::{ModelSpec, QkNorm};
 
@@ -56,6 +57,50 @@ impl Attention {
             },
             kv_rows: kvr,
         })
+    }
+}
+
+/// One task's queries (rows of one sequence × heads of one KV group), their causal ranges, and
+/// where their outputs go: the softmax-weighted sums over the cached keys and values of
+/// positions `first..`, read in the cache's own type.
+struct Block<'a, 'o> {
+    queries: &'a [&'a [f32]],
+    ranges: &'a [(usize, usize)],
+    first: usize,
+    scale: f32,
+    softcap: Option<f32>,
+    outs: &'a mut [&'o mut [f32]],
+}
+
+impl ReadRows for Block<'_, '_> {
+    fn rows<R: Row>(self, keys: &[R], values: &[R]) {
+        let (first, span) = (self.first, keys.len());
+        let mut sc = vec![0f32; self.queries.len() * span];
+        for (qs, out) in self
+            .queries
+            .chunks(attend::QUERIES)
+            .zip(sc.chunks_mut(attend::QUERIES * span))
+        {
+            attend::scores(qs, keys, out);
+        }
+        for (row, &(lo, p)) in sc.chunks_exact_mut(span).zip(self.ranges) {
+            let own = &mut row[lo - first..=p - first];
+            for s in own.iter_mut() {
+                *s *= self.scale;
+                if let Some(cap) = self.softcap {
+                    *s = cap * (*s / cap).tanh();
+                }
+            }
+            ops::softmax(own);
+        }
+        let weights: Vec<&[f32]> = sc.chunks_exact(span).collect();
+        for ((w, r), o) in weights
+            .chunks(attend::QUERIES)
+            .zip(self.ranges.chunks(attend::QUERIES))
+            .zip(self.outs.chunks_mut(attend::QUERIES))
+        {
+            attend::weighted_sums(w, r, first, values, o);
+        }
     }
 }
 
@@ -167,14 +212,9 @@ impl Mixing for Attention {
         }
         for (t, &(i, p)) in seq_pos.iter().enumerate() {
             let s = &mut pass.sessions[i];
-            s.k[li][p * kvr..(p + 1) * kvr].copy_from_slice(&k[t * kvr..(t + 1) * kvr]);
-            s.v[li][p * kvr..(p + 1) * kvr].copy_from_slice(&v[t * kvr..(t + 1) * kvr]);
+            s.kv[li].write(p, &k[t * kvr..(t + 1) * kvr], &v[t * kvr..(t + 1) * kvr]);
         }
-        let caches: Vec<(&[f32], &[f32])> = pass
-            .sessions
-            .iter()
-            .map(|s| (&s.k[li][..], &s.v[li][..]))
-            .collect();
+        let caches: Vec<&LayerCache> = pass.sessions.iter().map(|s| &s.kv[li]).collect();
         let group = (nh / nkv.max(1)).max(1);
         let q = &q[..];
         // Tasks: up to ROWS consecutive rows of one sequence × one KV head × some heads of its
@@ -217,7 +257,6 @@ impl Mixing for Attention {
             .into_par_iter()
             .for_each(|(t0, t1, kvh, h_lo, h_hi, mut outs)| {
                 let (i, _) = seq_pos[t0];
-                let (kc, vc) = caches[i];
                 let mut queries: Vec<&[f32]> = Vec::new();
                 let mut ranges: Vec<(usize, usize)> = Vec::new();
                 for (t, &(_, p)) in seq_pos.iter().enumerate().take(t1).skip(t0) {
@@ -229,35 +268,15 @@ impl Mixing for Attention {
                 }
                 let first = ranges.iter().map(|r| r.0).min().unwrap_or(0);
                 let last = ranges.iter().map(|r| r.1).max().unwrap_or(0);
-                let span = last + 1 - first;
-                let head = |j: usize| j * kvr + kvh * d..j * kvr + kvh * d + d;
-                let keys: Vec<&[f32]> = (first..=last).map(|j| &kc[head(j)]).collect();
-                let values: Vec<&[f32]> = (first..=last).map(|j| &vc[head(j)]).collect();
-                let mut sc = vec![0f32; queries.len() * span];
-                for (qs, out) in queries
-                    .chunks(attend::QUERIES)
-                    .zip(sc.chunks_mut(attend::QUERIES * span))
-                {
-                    attend::scores(qs, &keys, out);
-                }
-                for (row, &(lo, p)) in sc.chunks_exact_mut(span).zip(&ranges) {
-                    let own = &mut row[lo - first..=p - first];
-                    for s in own.iter_mut() {
-                        *s *= sp.attn_scale;
-                        if let Some(cap) = sp.attn_softcap {
-                            *s = cap * (*s / cap).tanh();
-                        }
-                    }
-                    ops::softmax(own);
-                }
-                let weights: Vec<&[f32]> = sc.chunks_exact(span).collect();
-                for ((w, r), o) in weights
-                    .chunks(attend::QUERIES)
-                    .zip(ranges.chunks(attend::QUERIES))
-                    .zip(outs.chunks_mut(attend::QUERIES))
-                {
-                    attend::weighted_sums(w, r, first, &values, o);
-                }
+                let block = Block {
+                    queries: &queries,
+                    ranges: &ranges,
+                    first,
+                    scale: sp.attn_scale,
+                    softcap: sp.attn_softcap,
+                    outs: &mut outs,
+                };
+                caches[i].read(first, last, kvh * d, d, block);
             });
         if sp.attn_output_gate {
             for (a, &g) in att.iter_mut().zip(gate.iter()) {

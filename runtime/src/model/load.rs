@@ -14,6 +14,7 @@ use super::{DEFAULT_HEAD_RESCORE, Model};
 use crate::backend::Host;
 use crate::error::{Error, Result};
 use crate::kernels::{self, Path as KPath, QMatrix};
+use crate::kv::{CacheMemory, CacheType};
 use crate::pack::Pack;
 use crate::spec::{Mixer, ModelSpec};
 
@@ -26,6 +27,15 @@ pub struct SelfCheck {
     pub matrices: usize,
     /// Largest relative error against the reference decode.
     pub max_rel: f32,
+}
+
+/// Where a loaded model's streamed weights live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residency {
+    /// Copied to memory advised to huge pages (where Linux offers them): decode reads faster.
+    Copied,
+    /// Read through the file's mapping: no copy (checking a pack, not running it).
+    Mapped,
 }
 
 /// Largest relative error the self-check accepts (f32 accumulation over K ≤ 16k).
@@ -90,19 +100,35 @@ fn layer(b: &Binder<'_>, i: usize, spec: &ModelSpec) -> Result<Layer> {
 
 impl Model {
     /// Binds the pack's tensors to the spec's roles; names the missing or unreadable tensor.
+    /// The weights every token streams are copied to memory advised to huge pages
+    /// ([`Pack::make_resident`]): for running a model.
     pub fn load(pack: Pack) -> Result<Model> {
-        Self::load_with(pack, KPath::detect())
+        Self::load_with(pack, KPath::detect(), Residency::Copied)
     }
 
-    /// [`Model::load`] with an explicit kernel path (benchmarks, tests).
-    pub fn load_with(mut pack: Pack, path: KPath) -> Result<Model> {
-        let moved = pack.make_resident()?;
-        if moved > 0 {
-            tracing::debug!(
-                bytes = moved,
-                "weights copied to memory advised to huge pages <- transparent huge pages on"
-            );
+    /// [`Model::load`] reading every weight through the file's mapping: for checking a pack
+    /// (the import's kernels stage), where a copy would only cost time and memory.
+    pub fn load_mapped(pack: Pack) -> Result<Model> {
+        Self::load_with(pack, KPath::detect(), Residency::Mapped)
+    }
+
+    /// [`Model::load`] with an explicit kernel path and residency (benchmarks, tests).
+    pub fn load_with(pack: Pack, path: KPath, residency: Residency) -> Result<Model> {
+        let mut model = Self::bind(pack, path)?;
+        if residency == Residency::Copied {
+            let streamed = model.streamed();
+            let moved = model.pack.make_resident(&streamed)?;
+            if moved > 0 {
+                tracing::debug!(
+                    bytes = moved,
+                    "streamed weights copied to memory advised to huge pages <- transparent huge pages on"
+                );
+            }
         }
+        Ok(model)
+    }
+
+    fn bind(pack: Pack, path: KPath) -> Result<Model> {
         let spec = pack.manifest.model.clone().ok_or_else(|| Error::Refused {
             pack: pack.dir.clone(),
             reason: pack
@@ -160,6 +186,8 @@ impl Model {
                 0
             },
             stats: Mutex::new(None),
+            cache_type: CacheType::default(),
+            cache_memory: CacheMemory::unlimited(),
         })
     }
 
@@ -184,6 +212,17 @@ impl Model {
             _ => bytes(&self.head),
         };
         layers + head + row
+    }
+
+    /// The byte ranges of `model.q4nx` every token reads whole: each layer's matrices and the
+    /// head (the embedding only where it is the head).
+    pub fn streamed(&self) -> Vec<std::ops::Range<usize>> {
+        self.all_weights()
+            .into_iter()
+            .map(|w| match w {
+                Weight::Tiled { range, .. } | Weight::Bf16 { range, .. } => range.clone(),
+            })
+            .collect()
     }
 
     fn all_weights(&self) -> Vec<&Weight> {
@@ -219,7 +258,7 @@ impl Model {
                 range,
             } = w
             {
-                let data = &self.pack.map()[range.clone()];
+                let data = self.pack.slice(range.clone());
                 let m = QMatrix::new(*layout, *rows, *k, data)
                     .ok_or_else(|| Error::Internal("matrix size changed".into()))?;
                 let r = kernels::self_check(&m, self.path);

@@ -32,10 +32,11 @@ use std::sync::Arc;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::kernels::Path as KPath;
+use crate::kv::{CacheMemory, CacheType, LayerCache};
 use crate::ops;
 use crate::pack::Pack;
 use crate::spec::ModelSpec;
-pub use load::{SELF_CHECK_TOLERANCE, SelfCheck};
+pub use load::{Residency, SELF_CHECK_TOLERANCE, SelfCheck};
 use mixer::{Layer, Pass, add_branch};
 pub use session::{Checkpoint, Session};
 use stats::Collecting;
@@ -59,6 +60,10 @@ pub struct Model {
     /// Candidates per token re-scored against the exact head (0 = none).
     rescore: usize,
     stats: std::sync::Mutex<Option<Collecting>>,
+    /// The element type of every session's KV cache.
+    cache_type: CacheType,
+    /// What every session's KV cache holds, against its budget.
+    cache_memory: Arc<CacheMemory>,
 }
 
 /// Rows in a batch from which the element-wise steps (RoPE, the gate activation) run in parallel:
@@ -124,10 +129,13 @@ impl Model {
                 self.spec.context
             )));
         }
-        let per_token: usize = self.layers.iter().map(|l| 2 * l.mixing.kv_rows()).sum();
+        let per_token: usize = self
+            .layers
+            .iter()
+            .map(|l| 2 * self.cache_type.bytes(l.mixing.kv_rows()))
+            .sum();
         per_token
             .checked_mul(requested)
-            .and_then(|f| f.checked_mul(std::mem::size_of::<f32>()))
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or_else(|| {
                 refuse(format!(
@@ -137,40 +145,62 @@ impl Model {
         Ok(requested)
     }
 
-    /// Bytes of KV cache and recurrent state a `capacity`-token session holds.
+    /// Bytes of KV cache and recurrent state a session holds once `capacity` positions are
+    /// filled (its cache grows to this as tokens arrive).
     pub fn session_bytes(&self, capacity: usize) -> usize {
-        let floats: usize = self
-            .layers
+        self.layers
             .iter()
             .map(|l| {
                 let m = &l.mixing;
-                2 * capacity * m.kv_rows() + m.conv_state() + m.ssm_state()
+                2 * self.cache_type.bytes(capacity * m.kv_rows())
+                    + 4 * (m.conv_state() + m.ssm_state())
             })
-            .sum();
-        floats * std::mem::size_of::<f32>()
+            .sum()
     }
 
-    /// A session whose cache pages are all resident now: a server's memory is then fixed when
-    /// it starts, not creeping up as sequences grow into untouched pages.
-    pub fn resident_session(&self, capacity: usize) -> Session {
-        let mut s = self.session(capacity);
-        for buf in s.k.iter_mut().chain(s.v.iter_mut()) {
-            // One write per 4 KiB page; black_box keeps the zero stores from being elided.
-            for i in (0..buf.len()).step_by(1024) {
-                buf[i] = std::hint::black_box(0.0);
-            }
+    /// Sets the KV cache's element type for sessions made from now on; refuses, naming
+    /// `cache-type`, a type the model's heads cannot be held in.
+    pub fn set_cache_type(&mut self, ty: CacheType) -> Result<()> {
+        if let Some(reason) = ty.refusal(self.spec.head_dim) {
+            return Err(Error::Request {
+                field: "cache-type",
+                reason,
+            });
         }
-        s
+        self.cache_type = ty;
+        Ok(())
     }
 
-    /// A fresh sequence with room for `capacity` tokens.
+    /// The KV cache's element type.
+    pub fn cache_type(&self) -> CacheType {
+        self.cache_type
+    }
+
+    /// Counts every session's KV cache, made from now on, in `memory` (and holds them to its
+    /// budget).
+    pub fn set_cache_memory(&mut self, memory: Arc<CacheMemory>) {
+        self.cache_memory = memory;
+    }
+
+    /// What the sessions' KV caches hold now, at most, and may hold.
+    pub fn cache_memory(&self) -> &Arc<CacheMemory> {
+        &self.cache_memory
+    }
+
+    /// A fresh sequence with room for `capacity` tokens. Its KV cache holds no memory until
+    /// tokens arrive: it grows in blocks as the forward pass writes them.
     pub fn session(&self, capacity: usize) -> Session {
-        let cache = |l: &Layer| vec![0f32; capacity * l.mixing.kv_rows()];
         Session {
             pos: 0,
             capacity,
-            k: self.layers.iter().map(cache).collect(),
-            v: self.layers.iter().map(cache).collect(),
+            kv: self
+                .layers
+                .iter()
+                .map(|l| {
+                    let w = l.mixing.kv_rows();
+                    LayerCache::new(self.cache_type, w, capacity, self.cache_memory.clone())
+                })
+                .collect(),
             conv: self
                 .layers
                 .iter()
@@ -261,8 +291,11 @@ impl Model {
                 reason: format!("logits asked for row {w} of {n}"),
             });
         }
+        for (s, &end) in sessions.iter_mut().zip(&next) {
+            s.grow(end)?;
+        }
         let h = sp.hidden;
-        let emb = &self.pack.map()[self.embed.clone()];
+        let emb = self.pack.slice(self.embed.clone());
         let mut x = vec![0f32; n * h];
         for (t, &(_, tok)) in rows.iter().enumerate() {
             let id = tok as usize;
@@ -376,7 +409,7 @@ impl Model {
             }
             if let (Some(scale), k) = (self.exact_head, self.rescore) {
                 let exact = crate::head::ExactHead {
-                    rows: &self.pack.map()[self.embed.clone()],
+                    rows: self.pack.slice(self.embed.clone()),
                     k: h,
                     scale,
                 };

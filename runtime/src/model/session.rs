@@ -2,6 +2,8 @@
 //! state of each short-convolution or gated-DeltaNet layer, and how much of each row's logits its
 //! reader uses. The forward pass writes it; `Model::session` makes one sized for the model.
 
+use crate::kv::LayerCache;
+
 /// The KV cache, recurrent state and position of one sequence. A clone is an independent copy
 /// that continues from the same point (a fork of the sequence).
 #[derive(Clone)]
@@ -10,9 +12,8 @@ pub struct Session {
     pub pos: usize,
     /// Capacity in tokens.
     pub capacity: usize,
-    /// Per layer: cached keys and values (empty for layers without attention).
-    pub(super) k: Vec<Vec<f32>>,
-    pub(super) v: Vec<Vec<f32>>,
+    /// Per layer: cached keys and values (no blocks for layers without attention).
+    pub(super) kv: Vec<LayerCache>,
     /// Per layer: a short-convolution layer's last `kernel − 1` inputs, oldest first, `[tap][H]`
     /// (empty for other layers). Zero at position 0, as the convolution's causal padding is.
     pub(super) conv: Vec<Vec<f32>>,
@@ -32,8 +33,7 @@ impl Session {
         Session {
             pos: 0,
             capacity: 0,
-            k: Vec::new(),
-            v: Vec::new(),
+            kv: Vec::new(),
             conv: Vec::new(),
             ssm: Vec::new(),
             reads_top: 0,
@@ -73,7 +73,24 @@ impl Session {
         } else {
             self.pos = pos;
         }
+        for c in &mut self.kv {
+            c.shrink(self.pos);
+        }
         self.pos
+    }
+
+    /// Allocates the KV cache's blocks for positions `..end` (the forward pass does it before a
+    /// batch); refuses, naming the budget, when they do not fit.
+    pub fn grow(&mut self, end: usize) -> crate::Result<()> {
+        for c in &mut self.kv {
+            c.grow(end)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of KV cache this session holds now (its allocated blocks).
+    pub fn cache_bytes(&self) -> usize {
+        self.kv.iter().map(LayerCache::bytes).sum()
     }
 
     /// Whether any layer keeps recurrent state (which cannot be rewound; see
@@ -129,16 +146,14 @@ impl Session {
         true
     }
 
-    /// The cached keys of `layer` for positions `< pos` (tests compare caches).
-    pub fn keys(&self, layer: usize) -> &[f32] {
-        let w = self.k[layer].len() / self.capacity.max(1);
-        &self.k[layer][..self.pos * w]
+    /// The cached keys of `layer` for positions `< pos`, as f32 (tests compare caches).
+    pub fn keys(&self, layer: usize) -> Vec<f32> {
+        self.kv[layer].to_f32(self.pos, false)
     }
 
-    /// The cached values of `layer` for positions `< pos`.
-    pub fn values(&self, layer: usize) -> &[f32] {
-        let w = self.v[layer].len() / self.capacity.max(1);
-        &self.v[layer][..self.pos * w]
+    /// The cached values of `layer` for positions `< pos`, as f32.
+    pub fn values(&self, layer: usize) -> Vec<f32> {
+        self.kv[layer].to_f32(self.pos, true)
     }
 }
 

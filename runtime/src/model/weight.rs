@@ -63,7 +63,7 @@ impl Binder<'_> {
     /// A bf16 or f32 vector as f32 (plus one when `add_one`: norms stored as `w − 1`).
     pub fn vector(&self, name: &str, add_one: bool) -> Result<Vec<f32>> {
         let s = self.pack.stored(name).ok_or_else(|| self.missing(name))?;
-        let b = &self.pack.map()[s.range.clone()];
+        let b = self.pack.slice(s.range.clone());
         let v: Vec<f32> = match s.dtype.as_str() {
             "BF16" => b
                 .chunks_exact(2)
@@ -124,7 +124,7 @@ impl Binder<'_> {
             pack: dir.clone(),
             reason: format!("{name}: no host kernel for tile kind {kind}"),
         })?;
-        QMatrix::new(layout, rows, k, &self.pack.map()[s.range.clone()]).ok_or_else(|| {
+        QMatrix::new(layout, rows, k, self.pack.slice(s.range.clone())).ok_or_else(|| {
             self.bad(format!(
                 "{name}: {} bytes do not hold {rows}×{k} in {kind} tiles",
                 s.range.len()
@@ -152,7 +152,7 @@ impl Model {
                 k,
                 range,
             } => {
-                let data = &self.pack.map()[range.clone()];
+                let data = self.pack.slice(range.clone());
                 let m = QMatrix::new(*layout, *rows, *k, data)
                     .ok_or_else(|| Error::Internal("matrix size changed".into()))?;
                 self.backend.matmul_many(&[m], x, n, &mut [y])
@@ -163,7 +163,7 @@ impl Model {
                 range,
                 scale,
             } => {
-                let data = &self.pack.map()[range.clone()];
+                let data = self.pack.slice(range.clone());
                 let (rows, k, scale) = (*rows, *k, *scale);
                 // Rows in parallel, each converted once into a per-thread scratch row and
                 // multiplied with every token; results land row-major, then transpose.
@@ -220,7 +220,7 @@ impl Model {
                 rows,
                 k,
                 range,
-            } => QMatrix::new(*layout, *rows, *k, &self.pack.map()[range.clone()]),
+            } => QMatrix::new(*layout, *rows, *k, self.pack.slice(range.clone())),
             Weight::Bf16 { .. } => None,
         }
     }

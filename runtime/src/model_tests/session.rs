@@ -15,10 +15,14 @@ fn batched_prefill_leaves_exactly_the_logits_and_kv_of_single_steps() {
     let (batch, step, all, singles) = prefill_and_steps(&m, &toks);
     assert_eq!(bits(&all), bits(&singles), "logits");
     for l in 0..sp.layers.len() {
-        assert_eq!(bits(batch.keys(l)), bits(step.keys(l)), "keys of layer {l}");
         assert_eq!(
-            bits(batch.values(l)),
-            bits(step.values(l)),
+            bits(&batch.keys(l)),
+            bits(&step.keys(l)),
+            "keys of layer {l}"
+        );
+        assert_eq!(
+            bits(&batch.values(l)),
+            bits(&step.values(l)),
             "values of layer {l}"
         );
     }
@@ -68,8 +72,8 @@ fn a_mixed_batch_of_sequences_gives_each_exactly_its_single_sequence_numbers() {
         assert_eq!(bits(&got[i]), bits(want), "logits of sequence {i}");
         assert_eq!(s.pos, ws.pos, "position of sequence {i}");
         for l in 0..sp.layers.len() {
-            assert_eq!(bits(s.keys(l)), bits(ws.keys(l)), "keys {i}/{l}");
-            assert_eq!(bits(s.values(l)), bits(ws.values(l)), "values {i}/{l}");
+            assert_eq!(bits(&s.keys(l)), bits(&ws.keys(l)), "keys {i}/{l}");
+            assert_eq!(bits(&s.values(l)), bits(&ws.values(l)), "values {i}/{l}");
         }
     }
     // A batch that overflows one sequence's context is refused before any cache changes.

@@ -24,8 +24,8 @@ fn short_convolution_prefill_leaves_exactly_the_state_and_logits_of_single_steps
         assert!(batch.keys(l).is_empty(), "a conv layer has no KV cache");
     }
     assert_eq!(
-        bits(batch.keys(1)),
-        bits(step.keys(1)),
+        bits(&batch.keys(1)),
+        bits(&step.keys(1)),
         "keys of the attention layer"
     );
     // The state carries the history: the same last token after another prefix differs.

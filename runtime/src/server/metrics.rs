@@ -63,6 +63,12 @@ pub struct Metrics {
     pub queued: Gauge,
     /// 1 once the model is loaded.
     pub ready: Gauge,
+    /// Bytes the KV caches hold now (blocks allocated as sequences fill them).
+    pub kv_bytes: Gauge,
+    /// The most bytes the KV caches have held at once.
+    pub kv_peak_bytes: Gauge,
+    /// Bytes the KV caches may hold (their budget).
+    pub kv_budget_bytes: Gauge,
     /// Forward passes that panicked. Each is a bug in the model code: the requests in that batch
     /// failed, and the log holds the batch's shape.
     pub model_panics: Counter,
@@ -90,6 +96,9 @@ impl Metrics {
             running: Gauge::default(),
             queued: Gauge::default(),
             ready: Gauge::default(),
+            kv_bytes: Gauge::default(),
+            kv_peak_bytes: Gauge::default(),
+            kv_budget_bytes: Gauge::default(),
             model_panics: Counter::default(),
         };
         let registry = &mut m.registry;
@@ -122,6 +131,21 @@ impl Metrics {
             "prefix_cache_tokens",
             "Prompt tokens whose KV cache was reused instead of recomputed",
             m.prefix_tokens.clone(),
+        );
+        registry.register(
+            "kv_cache_bytes",
+            "Bytes the KV caches hold now (allocated in blocks as sequences fill them)",
+            m.kv_bytes.clone(),
+        );
+        registry.register(
+            "kv_cache_peak_bytes",
+            "The most bytes the KV caches have held at once",
+            m.kv_peak_bytes.clone(),
+        );
+        registry.register(
+            "kv_cache_budget_bytes",
+            "Bytes the KV caches may hold; a request needing more gets 503",
+            m.kv_budget_bytes.clone(),
         );
         registry.register(
             "generations",
@@ -184,6 +208,14 @@ impl Metrics {
                 reason: reason.to_string(),
             })
             .inc();
+    }
+
+    /// Copies the KV caches' current, largest and allowed sizes into their gauges.
+    pub fn kv_cache(&self, memory: &crate::kv::CacheMemory) {
+        let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.kv_bytes.set(g(memory.used()));
+        self.kv_peak_bytes.set(g(memory.peak()));
+        self.kv_budget_bytes.set(g(memory.limit()));
     }
 
     /// The exposition text.

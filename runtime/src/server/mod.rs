@@ -145,6 +145,23 @@ impl Server {
             self.failed(e.to_string());
             return Err(e.to_string());
         }
+        let memory = engine.model.cache_memory();
+        let budget = limits
+            .cache_budget
+            .unwrap_or_else(|| crate::kv::available_memory().map_or(usize::MAX, |a| a / 10 * 9));
+        memory.set_limit(budget);
+        let full = limits
+            .slots
+            .saturating_mul(engine.model.session_bytes(limits.ctx));
+        if full > budget {
+            tracing::warn!(
+                full_mib = full >> 20,
+                budget_mib = budget >> 20,
+                "the KV caches of every slot at full context exceed their budget: a request \
+                 that needs more than is left gets 503"
+            );
+        }
+        self.metrics.kv_cache(memory);
         let engine = Arc::new(engine);
         let scheduler = Scheduler::start(engine.clone(), limits, self.metrics.clone());
         tracing::info!(model = %id, slots = limits.slots, ctx = limits.ctx, "ready");

@@ -60,13 +60,13 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    /// `slots` caches of `ctx` tokens, every page resident now (memory is fixed from the start);
-    /// `reuse` false starts every request afresh.
+    /// `slots` caches of `ctx` tokens, empty until their sequences fill them; `reuse` false
+    /// starts every request afresh.
     pub fn new(model: &Model, slots: usize, ctx: usize, reuse: bool) -> Pool {
         Pool {
             free: (0..slots)
                 .map(|_| Cached {
-                    session: model.resident_session(ctx),
+                    session: model.session(ctx),
                     tokens: Vec::new(),
                     checkpoint: None,
                     used: 0,
@@ -122,6 +122,16 @@ impl Pool {
             checkpoint,
             used: self.clock,
         });
+    }
+
+    /// Empties every free cache: their blocks go back to the budget (a request needs the room).
+    /// Their prefixes are lost, so later requests recompute them.
+    pub fn release(&mut self) {
+        for c in &mut self.free {
+            c.session.truncate(0);
+            c.tokens.clear();
+            c.checkpoint = None;
+        }
     }
 
     /// Returns a cache whose contents are unknown (a forward pass failed inside it): it starts

@@ -178,6 +178,13 @@ impl Reply {
                         e,
                     ));
                 }
+                Some(Event::NoRoom(e)) => {
+                    return Err(ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "server_error",
+                        e,
+                    ));
+                }
                 None => {
                     return Err(ApiError::new(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -268,6 +275,12 @@ impl Reply {
                         Some(Event::Failed(e)) => {
                             let err =
                                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
+                            pending.push_back(err.body().to_string());
+                            ended = true;
+                        }
+                        Some(Event::NoRoom(e)) => {
+                            let err =
+                                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", e);
                             pending.push_back(err.body().to_string());
                             ended = true;
                         }

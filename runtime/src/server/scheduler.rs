@@ -60,6 +60,9 @@ pub struct Limits {
     pub ctx: usize,
     /// Whether a request starts from the longest prompt prefix a free cache holds.
     pub prefix_cache: bool,
+    /// Bytes every KV cache together may hold (`None`: 90 % of the memory available when the
+    /// model is ready). A request whose cache would need more gets 503.
+    pub cache_budget: Option<usize>,
 }
 
 /// What a request's stream receives.
@@ -71,6 +74,8 @@ pub enum Event {
     Done(Summary),
     /// The model failed on this request.
     Failed(String),
+    /// The request's KV cache could not grow (503: the server goes on; retry later).
+    NoRoom(String),
 }
 
 /// Counts and timings of one finished generation.
@@ -157,13 +162,16 @@ impl Scheduler {
 
 fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
     let mut active: Vec<Seq> = Vec::new();
-    // Every slot's cache up front: memory is fixed from the start and never grows with load.
+    // Every slot's cache, empty: each grows in blocks as its sequence fills it.
     let mut pool = Pool::new(&engine.model, limits.slots, limits.ctx, limits.prefix_cache);
+    let memory = engine.model.cache_memory().clone();
     tracing::info!(
         slots = limits.slots,
         ctx = limits.ctx,
-        kv_mib = (limits.slots * engine.model.session_bytes(limits.ctx)) >> 20,
-        "KV caches allocated"
+        cache_type = %engine.model.cache_type(),
+        full_mib = (limits.slots * engine.model.session_bytes(limits.ctx)) >> 20,
+        budget_mib = memory.limit() >> 20,
+        "KV caches ready (allocated as they fill)"
     );
     loop {
         // Admit: block when idle, otherwise take what is waiting.
@@ -222,7 +230,7 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
         }
         let mut shape = Shape::default();
         let step = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            iterate(engine, limits, m, &mut active, &mut shape)
+            iterate(engine, limits, m, &mut active, &mut pool, &mut shape)
         }));
         let (done, failed) = match step {
             Ok(done) => (done, false),
@@ -254,6 +262,7 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
             }
         }
         m.running.set(active.len() as i64);
+        m.kv_cache(&memory);
     }
 }
 
@@ -324,20 +333,42 @@ fn iterate(
     limits: Limits,
     m: &Metrics,
     active: &mut [Seq],
+    pool: &mut Pool,
     shape: &mut Shape,
 ) -> Vec<usize> {
     let mut rows: Vec<(usize, u32)> = Vec::new();
     let mut want: Vec<(usize, usize)> = Vec::new(); // (row, sequence)
     let mut failed = Vec::new();
-    for (i, s) in active.iter().enumerate() {
+    // A sequence whose cache cannot grow for its rows is answered 503 and left out of the batch;
+    // the free caches' blocks are released first, so an idle prefix never costs a request.
+    let room = |s: &mut Seq, end: usize, pool: &mut Pool| -> bool {
+        let grown = s.session.grow(end).or_else(|_| {
+            pool.release();
+            s.session.grow(end)
+        });
+        match grown {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "request refused: no room for its KV cache");
+                let _ = s.job.events.send(Event::NoRoom(e.to_string()));
+                m.finish("error");
+                false
+            }
+        }
+    };
+    for (i, s) in active.iter_mut().enumerate() {
         if let Some(t) = s.next {
+            if !room(s, s.session.pos + 1, pool) {
+                failed.push(i);
+                continue;
+            }
             want.push((rows.len(), i));
             rows.push((i, t));
         }
     }
     let mut budget = limits.batch.saturating_sub(rows.len()).max(1);
     let mut prefill = Vec::new();
-    for (i, s) in active.iter().enumerate() {
+    for (i, s) in active.iter_mut().enumerate() {
         if budget == 0 {
             break;
         }
@@ -346,6 +377,10 @@ fn iterate(
             continue;
         }
         let take = left.min(budget);
+        if !room(s, s.session.pos + take, pool) {
+            failed.push(i);
+            continue;
+        }
         rows.extend(s.job.ids[s.fed..s.fed + take].iter().map(|&t| (i, t)));
         if take == left {
             want.push((rows.len() - 1, i));

@@ -190,6 +190,7 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
                 batch,
                 ctx: CTX,
                 prefix_cache: true,
+                cache_budget: None,
             },
             metrics.clone(),
         );
@@ -225,7 +226,7 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
                                 seen.done = Some((s.prompt_tokens, s.completion_tokens, s.finish));
                                 return seen;
                             }
-                            Event::Failed(e) => panic!("request failed: {e}"),
+                            Event::Failed(e) | Event::NoRoom(e) => panic!("request failed: {e}"),
                         }
                     }
                     seen
@@ -323,6 +324,7 @@ fn a_panic_in_the_model_fails_the_batch_is_counted_and_the_server_goes_on() {
             batch: ROWS,
             ctx: 1024,
             prefix_cache: true,
+            cache_budget: None,
         },
         metrics.clone(),
     );

@@ -689,7 +689,10 @@ fn the_ready_line_names_the_context_and_where_it_came_from() {
         let _ = child.kill();
         let _ = child.wait();
         assert!(ready.contains(want), "{ready}");
-        assert!(ready.contains("MiB of caches"), "{ready}");
+        assert!(
+            ready.contains("KV cache f16: 0 MiB now") && ready.contains("with every sequence full"),
+            "{ready}"
+        );
         if extra.is_empty() {
             assert!(
                 ready.contains("(default: the model's context, at most 4096;"),
