@@ -45,9 +45,9 @@ pub enum Error {
     },
     /// The KV cache could not grow: its budget (or the machine) has no room for another block.
     #[error(
-        "the KV cache has no room: a block of {need} bytes does not fit ({used} of {} bytes in use{})",
-        if *limit == usize::MAX { "the machine's".to_string() } else { limit.to_string() },
-        if *limit == usize::MAX { "" } else { "; --cache-budget sets the budget" }
+        "the KV cache has no room: a block of {need} bytes does not fit ({used} of {} bytes in use; \
+         the budget is serve's --cache-budget, else 90 % of the memory available at start)",
+        if *limit == usize::MAX { "the machine's".to_string() } else { limit.to_string() }
     )]
     CacheMemory {
         /// Bytes the block needed.

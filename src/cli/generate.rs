@@ -73,6 +73,11 @@ impl PackSource {
         model
             .set_cache_type(self.cache_type)
             .map_err(|e| anyhow::Error::new(super::Refused(format!("--cache-type {e}"))))?;
+        // A context the machine cannot hold fails by name when it fills, not by the kernel's
+        // OOM killer (`serve` sets its own budget, --cache-budget).
+        if let Some(avail) = onebit_runtime::kv::available_memory() {
+            model.cache_memory().set_limit(avail / 10 * 9);
+        }
         if let Some(k) = self.head_rescore {
             model.set_head_rescore(k);
         }

@@ -759,3 +759,19 @@ fn impossible_flags_are_refused_by_name_not_by_a_panic() {
     );
     assert_success(&out, "generate");
 }
+
+#[test]
+fn a_cache_type_nobody_knows_is_refused_naming_the_flag_and_the_choices() {
+    for cmd in ["generate", "chat", "eval", "serve"] {
+        let out = bin()
+            .args([cmd, "--pack", "/nonexistent", "--cache-type", "q3"])
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            err.contains("--cache-type") && err.contains("`q3`") && err.contains("q8_0"),
+            "{cmd}: {err}"
+        );
+    }
+}

@@ -419,14 +419,19 @@ impl LayerCache {
         &self,
         blocks: &'s [Block],
         (first, last, offset, len): (usize, usize, usize, usize),
-        row: fn(&'s Block, Range<usize>) -> T,
+        row: impl Fn(&'s Block, Range<usize>) -> T,
     ) -> Vec<T> {
-        (first..=last)
-            .map(|p| {
-                let s = (p % self.block) * self.width + offset;
-                row(&blocks[p / self.block], s..s + len)
-            })
-            .collect()
+        let mut out = Vec::with_capacity(last + 1 - first);
+        let (mut b, mut i) = (first / self.block, first % self.block);
+        for _ in first..=last {
+            let s = i * self.width + offset;
+            out.push(row(&blocks[b], s..s + len));
+            i += 1;
+            if i == self.block {
+                (b, i) = (b + 1, 0);
+            }
+        }
+        out
     }
 
     /// The keys (`values` false) or values of positions `..end` as f32 (tests compare caches).

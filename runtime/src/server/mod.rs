@@ -7,9 +7,11 @@
 //! and answers `/health` before the model is loaded, so a supervisor can watch it come up.
 
 pub mod api;
+mod body;
 mod error;
 #[cfg(test)]
 mod fuzz_tests;
+mod info;
 pub mod metrics;
 mod prefix;
 mod reply;
@@ -25,17 +27,17 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::StreamExt;
-use serde_json::{Value, json};
 
 use crate::error::Error;
 use crate::generate::{Request as GenRequest, checked_prompt};
 use api::ApiError;
+use body::read_body;
+use info::{health, metrics_text, model, models, report};
 pub use metrics::Metrics;
 use reply::{Kind, Reply};
 use scheduler::{Busy, Job, Scheduler};
@@ -70,10 +72,6 @@ impl std::fmt::Debug for ReportSource {
 
 /// Context per sequence when none is asked for and the model allows more.
 pub const DEFAULT_CTX: usize = 4096;
-
-/// Beyond this many bytes an oversized body is no longer drained before the 413 (the connection
-/// is closed instead).
-const DRAIN_CAP: u64 = 64 << 20;
 
 enum Phase {
     Loading,
@@ -395,50 +393,6 @@ impl Server {
     }
 }
 
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Vec<u8>, ApiError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let too_big = |n: u64| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            format!(
-                "the request body is {n} bytes; this server takes at most {limit} (--max-body)"
-            ),
-        )
-        .with_code("request_too_large")
-    };
-    if let Some(n) = declared
-        && n > DRAIN_CAP
-    {
-        return Err(too_big(n));
-    }
-    let mut data = body.into_data_stream();
-    let mut buf = Vec::new();
-    let mut seen = 0u64;
-    while let Some(chunk) = data.next().await {
-        let chunk = chunk.map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                format!("cannot read the request body: {e}"),
-            )
-        })?;
-        seen += chunk.len() as u64;
-        if seen <= limit as u64 {
-            buf.extend_from_slice(&chunk);
-        } else if seen > DRAIN_CAP {
-            break;
-        }
-    }
-    if seen > limit as u64 {
-        return Err(too_big(declared.unwrap_or(seen)));
-    }
-    Ok(buf)
-}
-
 fn route_of(path: &str) -> &'static str {
     match path {
         "/health" => "/health",
@@ -462,124 +416,6 @@ async fn observe(State(s): State<Arc<Server>>, req: Request, next: Next) -> Resp
     s.metrics.request(route, status, seconds);
     tracing::debug!(target: "onebit::http", %method, route, status, ms = seconds * 1e3, "request");
     resp
-}
-
-async fn health(State(s): State<Arc<Server>>) -> Response {
-    let g = match s.phase.read() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
-    match &*g {
-        Phase::Ready(r) => axum::Json(json!({"status": "ok", "model": r.id})).into_response(),
-        Phase::Loading => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "loading"})),
-        )
-            .into_response(),
-        Phase::Failed(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(json!({"status": "failed", "error": e})),
-        )
-            .into_response(),
-    }
-}
-
-async fn metrics_text(State(s): State<Arc<Server>>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        s.metrics.render(),
-    )
-        .into_response()
-}
-
-fn model_object(r: &Ready) -> Value {
-    let sp = &r.engine.model.spec;
-    json!({
-        "id": r.id,
-        "object": "model",
-        "created": 0,
-        "owned_by": "onebit-pipe",
-        "context_length": sp.context,
-        "meta": {"vocab": sp.vocab, "layers": sp.layers.len(), "hidden": sp.hidden},
-    })
-}
-
-impl Server {
-    /// The loaded model when the request may see it and names it as `id`: the API key checked,
-    /// 503 while loading, 404 for another id.
-    fn serving(&self, headers: &HeaderMap, id: &str) -> Result<Arc<Ready>, ApiError> {
-        self.authorize(headers)?;
-        let r = self.current()?;
-        if id != r.id {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                format!(
-                    "the model '{id}' does not exist here; this server serves '{}'",
-                    r.id
-                ),
-            )
-            .with_code("model_not_found"));
-        }
-        Ok(r)
-    }
-}
-
-async fn models(State(s): State<Arc<Server>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    s.authorize(&headers)?;
-    let r = s.current()?;
-    Ok(axum::Json(json!({"object": "list", "data": [model_object(&r)]})).into_response())
-}
-
-async fn model(
-    State(s): State<Arc<Server>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let r = s.serving(&headers, &id)?;
-    Ok(axum::Json(model_object(&r)).into_response())
-}
-
-/// `/report/<model>`: the served pack's verification report, built from the store's catalog now.
-async fn report(
-    State(s): State<Arc<Server>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    s.serving(&headers, &id)?;
-    let Some(source) = s.opts.report.clone() else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("'{id}' was loaded from a pack folder that no store names: it has no report"),
-        )
-        .with_code("report_not_found"));
-    };
-    // The catalog runs queries on a runtime of its own: build the page on a plain thread.
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send((source.0)());
-    });
-    let page = rx
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "the report thread stopped",
-            )
-        })?
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                format!("the report of '{id}' could not be built: {e}"),
-            )
-        })?;
-    Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response())
 }
 
 async fn chat_completions(

@@ -582,6 +582,44 @@ fn malformed_requests_get_the_right_4xx_and_the_server_keeps_serving() {
 }
 
 #[test]
+fn a_request_whose_kv_cache_cannot_grow_gets_503_and_the_server_goes_on() {
+    // 2 layers × 2 KV heads × 64 values, f16: 64 KiB per 256-token block of K (and of V), so a
+    // 1 MiB budget holds 1,024 positions of one sequence.
+    let s = serve(&["--cache-budget", "1", "--ctx-size", "2048"]);
+    assert_eq!(
+        s.metric("onebit_kv_cache_bytes"),
+        0.0,
+        "nothing held before a request"
+    );
+    assert_eq!(
+        s.metric("onebit_kv_cache_budget_bytes"),
+        (1u64 << 20) as f64
+    );
+    let long: Vec<u32> = (0..1200).map(|i| 5 + i % 40).collect();
+    let (status, body) = s.post(
+        "/v1/completions",
+        &json!({"prompt": long, "max_tokens": 2, "temperature": 0}),
+    );
+    assert_eq!(status, 503, "{body}");
+    let msg = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("KV cache") && msg.contains("--cache-budget") && msg.contains("1048576"),
+        "{msg}"
+    );
+    // The server goes on: a request that fits is answered, from the room the refused one left.
+    let (status, body) = s.post("/v1/completions", &completion("the cat", 3, false));
+    assert_eq!(status, 200, "{body}");
+    let (held, peak) = (
+        s.metric("onebit_kv_cache_bytes"),
+        s.metric("onebit_kv_cache_peak_bytes"),
+    );
+    assert!(
+        held > 0.0 && peak >= held && peak <= (1u64 << 20) as f64,
+        "{held} {peak}"
+    );
+}
+
+#[test]
 fn fifty_clients_that_vanish_mid_stream_free_their_slots() {
     let s = serve(&["--parallel", "4", "--ctx-size", "1024"]);
     let addr = s.addr;

@@ -1,0 +1,133 @@
+//! The routes that describe the server rather than run the model: `/health`, `/metrics`,
+//! `/v1/models[/{id}]` and the served pack's verification report at `/report/{id}`.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::api::ApiError;
+use super::{Phase, Ready, Server};
+
+pub(super) async fn health(State(s): State<Arc<Server>>) -> Response {
+    let g = match s.phase.read() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    match &*g {
+        Phase::Ready(r) => axum::Json(json!({"status": "ok", "model": r.id})).into_response(),
+        Phase::Loading => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "loading"})),
+        )
+            .into_response(),
+        Phase::Failed(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "failed", "error": e})),
+        )
+            .into_response(),
+    }
+}
+
+pub(super) async fn metrics_text(State(s): State<Arc<Server>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+        .into_response()
+}
+
+pub(super) fn model_object(r: &Ready) -> Value {
+    let sp = &r.engine.model.spec;
+    json!({
+        "id": r.id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "onebit-pipe",
+        "context_length": sp.context,
+        "meta": {"vocab": sp.vocab, "layers": sp.layers.len(), "hidden": sp.hidden},
+    })
+}
+
+impl Server {
+    /// The loaded model when the request may see it and names it as `id`: the API key checked,
+    /// 503 while loading, 404 for another id.
+    fn serving(&self, headers: &HeaderMap, id: &str) -> Result<Arc<Ready>, ApiError> {
+        self.authorize(headers)?;
+        let r = self.current()?;
+        if id != r.id {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                format!(
+                    "the model '{id}' does not exist here; this server serves '{}'",
+                    r.id
+                ),
+            )
+            .with_code("model_not_found"));
+        }
+        Ok(r)
+    }
+}
+
+pub(super) async fn models(
+    State(s): State<Arc<Server>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    s.authorize(&headers)?;
+    let r = s.current()?;
+    Ok(axum::Json(json!({"object": "list", "data": [model_object(&r)]})).into_response())
+}
+
+pub(super) async fn model(
+    State(s): State<Arc<Server>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let r = s.serving(&headers, &id)?;
+    Ok(axum::Json(model_object(&r)).into_response())
+}
+
+/// `/report/<model>`: the served pack's verification report, built from the store's catalog now.
+pub(super) async fn report(
+    State(s): State<Arc<Server>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    s.serving(&headers, &id)?;
+    let Some(source) = s.opts.report.clone() else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("'{id}' was loaded from a pack folder that no store names: it has no report"),
+        )
+        .with_code("report_not_found"));
+    };
+    // The catalog runs queries on a runtime of its own: build the page on a plain thread.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send((source.0)());
+    });
+    let page = rx
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the report thread stopped",
+            )
+        })?
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                format!("the report of '{id}' could not be built: {e}"),
+            )
+        })?;
+    Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response())
+}
