@@ -197,7 +197,8 @@ def streamed_bytes(home: Path) -> int:
     size = lambda t: t["data_offsets"][1] - t["data_offsets"][0]
     total = sum(size(t) for t in header.values())
     if "lm_head.weight" in header:
-        for name in ("model.embed_tokens.weight", "model.language_model.embed_tokens.weight"):
+        for name in ("model.embed_tokens.weight", "model.token_embd.weight",
+                     "model.language_model.embed_tokens.weight"):
             if name in header:
                 total -= size(header[name])
     scan = repo / "head-scan.bin"

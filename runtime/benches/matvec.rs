@@ -182,9 +182,12 @@ fn main() {
 
 /// One decode step's products over all 32 layers of the Hunyuan-1.8B shape (q/k/v together, o,
 /// gate/up together, down; 884 MB of Q40_4608 tiles, so every step streams from memory as a real
-/// decode does), against one read of the same bytes on the same threads.
+/// decode does), against one read of the same bytes on the same threads. `ONEBIT_BENCH_KIND`
+/// names another 4-bit kind for the same shapes (`Q41_5120`: the kind Q4_0 models of the Qwen,
+/// Llama, LFM2 and SmolLM2 families are written in).
 fn decode_layers() {
-    let layout = TileLayout::by_name("Q40_4608").expect("layout");
+    let kind = std::env::var("ONEBIT_BENCH_KIND").unwrap_or_else(|_| "Q40_4608".into());
+    let layout = TileLayout::by_name(&kind).expect("layout");
     let (h, kv, ffn) = (2048, 512, 6144);
     let shapes = [
         (h, h),
@@ -283,7 +286,7 @@ fn decode_layers() {
         let gb = bytes as f64 / 1e9;
         println!(
             "{:<40} {:<11} {:>8.2} ms {:>6.2} GB/s | read {:>6.2} GB/s | kernel/read {:>5.1} %",
-            "hy1.8b decode layers (32 × 7 products)",
+            format!("hy1.8b decode layers {kind}"),
             path.name(),
             tk * 1e3,
             gb / tk,

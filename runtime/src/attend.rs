@@ -40,6 +40,20 @@ pub const QUERIES: usize = 4;
 pub fn scores<R: Row>(queries: &[&[f32]], keys: &[R], out: &mut [f32]) {
     assert!(queries.len() <= QUERIES && out.len() >= queries.len() * keys.len());
     #[cfg(target_arch = "x86_64")]
+    if simd() && wide() {
+        for (j0, four) in keys.chunks(4).enumerate() {
+            let mut block = [[0f32; 4]; QUERIES];
+            // SAFETY: `simd()` checked AVX2, FMA and F16C, `wide()` AVX-512 F.
+            unsafe { avx512::scores(queries, four, &mut block) };
+            for (i, row) in block.iter().enumerate().take(queries.len()) {
+                for (jj, &s) in row.iter().enumerate().take(four.len()) {
+                    out[i * keys.len() + 4 * j0 + jj] = s;
+                }
+            }
+        }
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if simd() {
         for (j0, pair) in keys.chunks(2).enumerate() {
             let mut block = [[0f32; 2]; QUERIES];
@@ -176,6 +190,58 @@ mod avx512 {
 
     use super::QUERIES;
     use crate::kv::Row;
+
+    /// Up to 4 queries × 1 to 4 keys in 16-float slices, one 16-lane accumulator per pair
+    /// (sixteen of the 32 registers), reduced by `_mm512_reduce_add_ps`: eight loads feed sixteen
+    /// FMAs. A pair's sum runs in another order than the 8-float one, so its last bits may differ
+    /// from the AVX2 path's; it is fixed whatever the blocking, so a query still gets the same
+    /// bits alone and in a block.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn scores<R: Row>(
+        queries: &[&[f32]],
+        keys: &[R],
+        out: &mut [[f32; 4]; QUERIES],
+    ) {
+        let d = queries[0].len();
+        let full = d / 16 * 16;
+        for q in queries {
+            assert!(q.len() == d);
+        }
+        for k in keys {
+            assert!(k.len() == d);
+        }
+        let (nq, nk) = (queries.len(), keys.len());
+        // Fewer than four keys: the last one stands in for the missing (its sums are dropped).
+        let k: [R; 4] = std::array::from_fn(|j| keys[j.min(nk - 1)]);
+        let mut acc = [[_mm512_setzero_ps(); 4]; QUERIES];
+        for c in (0..full).step_by(16) {
+            // SAFETY: c + 16 ≤ d, the length of every query and key (asserted above); the
+            // caller checked AVX-512 F.
+            unsafe {
+                let kv = [
+                    k[0].load16(c),
+                    k[1].load16(c),
+                    k[2].load16(c),
+                    k[3].load16(c),
+                ];
+                for i in 0..nq {
+                    let qv = _mm512_loadu_ps(queries[i].as_ptr().add(c));
+                    for j in 0..4 {
+                        acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
+                    }
+                }
+            }
+        }
+        for i in 0..nq {
+            for j in 0..nk {
+                let mut s = _mm512_reduce_add_ps(acc[i][j]);
+                for (t, &q) in queries[i].iter().enumerate().skip(full) {
+                    s += q * keys[j].get(t);
+                }
+                out[i][j] = s;
+            }
+        }
+    }
 
     slices_fn!(
         "avx512f",
@@ -322,190 +388,5 @@ mod avx2 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vecs(n: usize, d: usize, seed: u32) -> Vec<Vec<f32>> {
-        (0..n)
-            .map(|i| {
-                (0..d)
-                    .map(|t| (((i * 31 + t * 17) as u32 ^ seed) % 97) as f32 / 48.0 - 1.0)
-                    .collect()
-            })
-            .collect()
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn sixteen_float_slices_give_the_eight_float_sums_bit_for_bit() {
-        if !(simd() && std::is_x86_feature_detected!("avx512f")) {
-            eprintln!("no AVX-512 F on this CPU: nothing to compare");
-            return;
-        }
-        for d in [16, 64, 128, 200] {
-            let ks = vecs(9, d, 5);
-            let k: Vec<&[f32]> = ks.iter().map(|v| &v[..]).collect();
-            let ws = vecs(4, 9, 6);
-            let w: Vec<&[f32]> = ws.iter().map(|v| &v[..]).collect();
-            let ranges = [(0, 5), (1, 6), (2, 7), (3, 8)];
-            let [narrow, wide] = [false, true].map(|wide| {
-                let mut outs = vec![vec![f32::NAN; d]; 4];
-                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
-                // SAFETY: AVX2 and FMA (`simd()`), AVX-512 F checked above.
-                unsafe { avx2::weighted_sums(&w, &ranges, 0, &k, &mut refs, wide) };
-                outs.concat()
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect::<Vec<_>>()
-            });
-            assert_eq!(narrow, wide, "d={d}");
-        }
-    }
-
-    #[test]
-    fn a_query_gets_the_same_bits_alone_and_in_any_block() {
-        for d in [8, 64, 72, 100, 128, 200] {
-            let qs = vecs(4, d, 5);
-            let ks = vecs(7, d, 9);
-            let q: Vec<&[f32]> = qs.iter().map(|v| &v[..]).collect();
-            let k: Vec<&[f32]> = ks.iter().map(|v| &v[..]).collect();
-            let mut all = vec![0f32; 4 * 7];
-            scores(&q, &k, &mut all);
-            for i in 0..4 {
-                for j in 0..7 {
-                    let mut one = [0f32];
-                    scores(&q[i..i + 1], &k[j..j + 1], &mut one);
-                    assert_eq!(one[0].to_bits(), all[i * 7 + j].to_bits(), "d={d} {i},{j}");
-                    let exact: f64 = qs[i]
-                        .iter()
-                        .zip(&ks[j])
-                        .map(|(a, b)| *a as f64 * *b as f64)
-                        .sum();
-                    assert!(
-                        (one[0] as f64 - exact).abs() < 1e-4,
-                        "d={d}: {} vs {exact}",
-                        one[0]
-                    );
-                }
-            }
-            // Weighted sums over each query's own causal range.
-            let ws = vecs(4, 7, 3);
-            let w: Vec<&[f32]> = ws.iter().map(|v| &v[..]).collect();
-            // Overlapping windows, then windows with no key common to all.
-            for ranges in [
-                [(0, 3), (1, 4), (2, 5), (2, 6)],
-                [(0, 1), (0, 2), (3, 5), (4, 6)],
-            ] {
-                let mut outs = vec![vec![f32::NAN; d]; 4];
-                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
-                weighted_sums(&w, &ranges, 0, &k, &mut refs);
-                for i in 0..4 {
-                    let mut one = vec![f32::NAN; d];
-                    weighted_sums(&w[i..i + 1], &ranges[i..i + 1], 0, &k, &mut [&mut one[..]]);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(&one), bits(&outs[i]), "d={d} query {i}");
-                    for t in 0..d {
-                        let exact: f64 = (ranges[i].0..=ranges[i].1)
-                            .map(|j| ws[i][j] as f64 * ks[j][t] as f64)
-                            .sum();
-                        assert!((one[t] as f64 - exact).abs() < 1e-4);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Keys and values of `n` vectors of `d` values in each cache type: the kernels must read
-    /// every type as its `get` reads it, the same bits alone as in a block, and AVX-512 slices
-    /// as AVX2's.
-    #[test]
-    fn every_cache_type_is_read_as_its_values_in_any_block() {
-        use crate::kv::{Bf16Row, F16Row, Q8Row, rows::quantize_q8};
-        let (n, d) = (7, 128);
-        let src = vecs(n, d, 11);
-        let f16: Vec<Vec<u16>> = src
-            .iter()
-            .map(|v| {
-                v.iter()
-                    .map(|&x| half::f16::from_f32(x).to_bits())
-                    .collect()
-            })
-            .collect();
-        let bf16: Vec<Vec<u16>> = src
-            .iter()
-            .map(|v| {
-                v.iter()
-                    .map(|&x| half::bf16::from_f32(x).to_bits())
-                    .collect()
-            })
-            .collect();
-        let q8: Vec<(Vec<i8>, Vec<u16>)> = src
-            .iter()
-            .map(|v| {
-                let (mut c, mut s) = (vec![0i8; d], vec![0u16; d / 32]);
-                quantize_q8(v, &mut c, &mut s);
-                (c, s)
-            })
-            .collect();
-        let qs = vecs(4, d, 3);
-        let q: Vec<&[f32]> = qs.iter().map(|v| &v[..]).collect();
-        let ws = vecs(4, n, 8);
-        let w: Vec<&[f32]> = ws.iter().map(|v| &v[..]).collect();
-        fn check<R: Row>(q: &[&[f32]], w: &[&[f32]], rows: &[R], what: &str) {
-            let (n, d) = (rows.len(), rows[0].len());
-            let mut all = vec![0f32; q.len() * n];
-            scores(q, rows, &mut all);
-            let ranges = [(0, 3), (1, 4), (2, 5), (2, 6)];
-            let mut outs = vec![vec![f32::NAN; d]; 4];
-            let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
-            weighted_sums(w, &ranges, 0, rows, &mut refs);
-            for i in 0..q.len() {
-                for (j, r) in rows.iter().enumerate() {
-                    let exact: f64 = (0..d).map(|t| q[i][t] as f64 * r.get(t) as f64).sum();
-                    let got = all[i * n + j];
-                    assert!(
-                        (got as f64 - exact).abs() < 1e-4,
-                        "{what}: {got} vs {exact}"
-                    );
-                    let mut one = [0f32];
-                    scores(&q[i..i + 1], &rows[j..j + 1], &mut one);
-                    assert_eq!(one[0].to_bits(), got.to_bits(), "{what}: alone vs block");
-                }
-                for (t, &o) in outs[i].iter().enumerate() {
-                    let exact: f64 = (ranges[i].0..=ranges[i].1)
-                        .map(|j| w[i][j] as f64 * rows[j].get(t) as f64)
-                        .sum();
-                    assert!((o as f64 - exact).abs() < 1e-4, "{what}: sum");
-                }
-            }
-            #[cfg(target_arch = "x86_64")]
-            if simd() && std::is_x86_feature_detected!("avx512f") {
-                let [narrow, wide] = [false, true].map(|wide| {
-                    let mut outs = vec![vec![f32::NAN; d]; 4];
-                    let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
-                    // SAFETY: AVX2, FMA and F16C (`simd()`), AVX-512 F checked above.
-                    unsafe { avx2::weighted_sums(w, &ranges, 0, rows, &mut refs, wide) };
-                    outs.concat()
-                        .iter()
-                        .map(|x| x.to_bits())
-                        .collect::<Vec<_>>()
-                });
-                assert_eq!(narrow, wide, "{what}: 16-float slices");
-            }
-        }
-        let rows: Vec<&[f32]> = src.iter().map(|v| &v[..]).collect();
-        check(&q, &w, &rows, "f32");
-        let rows: Vec<F16Row> = f16.iter().map(|v| F16Row(v)).collect();
-        check(&q, &w, &rows, "f16");
-        let rows: Vec<Bf16Row> = bf16.iter().map(|v| Bf16Row(v)).collect();
-        check(&q, &w, &rows, "bf16");
-        let rows: Vec<Q8Row> = q8
-            .iter()
-            .map(|(c, s)| Q8Row {
-                codes: c,
-                scales: s,
-            })
-            .collect();
-        check(&q, &w, &rows, "q8_0");
-    }
-}
+#[path = "attend_tests.rs"]
+mod tests;

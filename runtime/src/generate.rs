@@ -164,6 +164,7 @@ pub struct Step {
 pub struct Decoder {
     sampler: Sampler,
     seen: Vec<u32>,
+    prompt: usize,
     out: Vec<u32>,
     full: String,
     emitted: usize,
@@ -179,6 +180,7 @@ impl Decoder {
         Decoder {
             sampler: Sampler::new(req.sampler.clone()),
             seen: ids.to_vec(),
+            prompt: ids.len(),
             out: Vec::new(),
             full: String::new(),
             emitted: 0,
@@ -223,7 +225,7 @@ impl Decoder {
         if let Some(c) = &mut self.constraint {
             c.mask(logits)?;
         }
-        let next = self.sampler.pick(logits, &self.seen);
+        let next = self.sampler.pick(logits, &self.seen, self.prompt);
         if model.spec.eos.contains(&next) {
             return Ok(self.finish(Some(next), Finish::Stop));
         }

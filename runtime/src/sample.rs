@@ -1,5 +1,11 @@
-//! Choosing the next token: greedy, or temperature / top-k / top-p sampling with a seeded RNG,
-//! and a repetition penalty.
+//! Choosing the next token: greedy, or temperature sampling truncated by top-k, top-p, min-p and
+//! typical-p, after a logit bias and the repetition, presence and frequency penalties.
+//!
+//! Each step follows the definition its name comes from, in transformers' order (temperature,
+//! top-k, top-p, min-p, typical-p; each truncation renormalizes what the previous one kept), and
+//! the penalties follow OpenAI's (`presence_penalty`, `frequency_penalty`, `logit_bias`) and
+//! llama.cpp's (`repeat_last_n`) documentation; `sample_tests.rs` checks each against a plain
+//! f64 implementation of that definition.
 //!
 //! The RNG is SplitMix64, written here: it is a dozen lines, fully deterministic across platforms
 //! for a given seed, and saves a dependency.
@@ -13,18 +19,36 @@ pub struct SamplerConfig {
     pub top_k: usize,
     /// Keep the smallest set with cumulative probability ≥ p (1 = all).
     pub top_p: f32,
-    /// Divides positive logits (multiplies negative ones) of tokens already seen (1 = off).
+    /// Keep the tokens at least `min_p` times as likely as the most likely one (0 = all).
+    pub min_p: f32,
+    /// Locally typical sampling: keep the smallest set with cumulative probability ≥ p of the
+    /// tokens whose surprise `−ln p` is closest to the distribution's entropy (1 = all).
+    pub typical_p: f32,
+    /// Divides positive logits (multiplies negative ones) of tokens in the penalty window, the
+    /// prompt included (1 = off).
     pub repetition_penalty: f32,
+    /// Subtracted once from the logit of every token the answer has generated (OpenAI's
+    /// `presence_penalty`, −2 … 2; 0 = off).
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time the answer has generated it (OpenAI's
+    /// `frequency_penalty`, −2 … 2; 0 = off).
+    pub frequency_penalty: f32,
+    /// The penalties look at the last this-many tokens (llama.cpp's `repeat_last_n`; `usize::MAX`:
+    /// all of them, 0: no penalty).
+    pub repeat_last_n: usize,
+    /// Added to the logits of these tokens before anything else (OpenAI's `logit_bias`: −100
+    /// bans a token, 100 all but forces it).
+    pub logit_bias: Vec<(u32, f32)>,
     /// RNG seed.
     pub seed: u64,
 }
 
 impl SamplerConfig {
     /// How many of each row's best logits this sampler reads: 1 when greedy, `top_k` when it
-    /// keeps the top k; 0 (all) otherwise and whenever a repetition penalty may push the best
-    /// tokens down below others.
+    /// keeps the top k; 0 (all) otherwise and whenever a penalty or bias may move the best
+    /// tokens below others.
     pub fn reads_top(&self) -> usize {
-        if self.repetition_penalty != 1.0 {
+        if self.moves_logits() {
             0
         } else if self.temperature <= 0.0 {
             1
@@ -32,12 +56,20 @@ impl SamplerConfig {
             self.top_k
         }
     }
-}
 
-impl SamplerConfig {
+    /// Whether a bias or a penalty changes logits before the choice.
+    fn moves_logits(&self) -> bool {
+        !self.logit_bias.is_empty()
+            || (self.repeat_last_n > 0
+                && (self.repetition_penalty != 1.0
+                    || self.presence_penalty != 0.0
+                    || self.frequency_penalty != 0.0))
+    }
+
     /// Refuses what no sampler can honour, naming the parameter: a temperature that is negative or
-    /// not finite, a top-p outside (0, 1], a repetition penalty that is not a finite positive
-    /// number (as f32: `1e-300` underflows to 0 and would divide logits to infinity).
+    /// not finite, a top-p or typical-p outside (0, 1], a min-p outside [0, 1], a repetition
+    /// penalty that is not a finite positive number (as f32: `1e-300` underflows to 0 and would
+    /// divide logits to infinity), a presence or frequency penalty or a bias that is not finite.
     pub fn check(&self) -> crate::Result<()> {
         let bad =
             |field: &'static str, reason: String| Err(crate::Error::Request { field, reason });
@@ -47,8 +79,13 @@ impl SamplerConfig {
                 format!("{} is not a finite number of at least 0", self.temperature),
             );
         }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad("top_p", format!("{} is not in (0, 1]", self.top_p));
+        for (field, p) in [("top_p", self.top_p), ("typical_p", self.typical_p)] {
+            if !(p > 0.0 && p <= 1.0) {
+                return bad(field, format!("{p} is not in (0, 1]"));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad("min_p", format!("{} is not in [0, 1]", self.min_p));
         }
         if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
             return bad(
@@ -59,7 +96,26 @@ impl SamplerConfig {
                 ),
             );
         }
+        for (field, x) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !x.is_finite() {
+                return bad(field, format!("{x} is not a finite number"));
+            }
+        }
+        if let Some((t, b)) = self.logit_bias.iter().find(|(_, b)| !b.is_finite()) {
+            return bad(
+                "logit_bias",
+                format!("token {t}: {b} is not a finite number"),
+            );
+        }
         Ok(())
+    }
+
+    /// Whether anything truncates the distribution.
+    fn truncates(&self) -> bool {
+        self.top_k > 0 || self.top_p < 1.0 || self.min_p > 0.0 || self.typical_p < 1.0
     }
 }
 
@@ -69,7 +125,13 @@ impl Default for SamplerConfig {
             temperature: 0.0,
             top_k: 0,
             top_p: 1.0,
+            min_p: 0.0,
+            typical_p: 1.0,
             repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repeat_last_n: usize::MAX,
+            logit_bias: Vec::new(),
             seed: 0,
         }
     }
@@ -80,6 +142,9 @@ pub struct Sampler {
     cfg: SamplerConfig,
     state: u64,
 }
+
+/// Candidates for a draw: a token and its unnormalized weight.
+type Weighted = Vec<(u32, f32)>;
 
 impl Sampler {
     /// A sampler seeded from `cfg.seed`.
@@ -97,88 +162,194 @@ impl Sampler {
         (z >> 40) as f32 / (1u64 << 24) as f32
     }
 
-    /// Picks the next token from `logits`, given the tokens seen so far.
-    pub fn pick(&mut self, logits: &mut [f32], seen: &[u32]) -> u32 {
-        let rp = self.cfg.repetition_penalty;
-        if rp != 1.0 {
-            let mut uniq: Vec<u32> = seen.to_vec();
-            uniq.sort_unstable();
-            uniq.dedup();
-            for &t in &uniq {
-                if let Some(l) = logits.get_mut(t as usize) {
-                    *l = if *l > 0.0 { *l / rp } else { *l * rp };
-                }
-            }
-        }
+    /// Picks the next token from `logits`, given the tokens seen so far: `seen[..prompt]` is the
+    /// prompt, the rest the answer's own tokens.
+    pub fn pick(&mut self, logits: &mut [f32], seen: &[u32], prompt: usize) -> u32 {
+        self.adjust(logits, seen, prompt);
         if self.cfg.temperature <= 0.0 {
             return argmax(logits);
         }
-        let t = self.cfg.temperature;
-        let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        let weight = |l: f32| ((l - max) / t).exp();
-        let n = logits.len();
-        if self.cfg.top_k == 0 && self.cfg.top_p >= 1.0 {
+        if !self.cfg.truncates() {
             // The whole distribution: one pass, no ordering needed.
+            let (t, max) = (self.cfg.temperature, max_of(logits));
+            let weight = |l: f32| ((l - max) / t).exp();
             let total: f32 = logits.iter().map(|&l| weight(l)).sum();
             return draw(
                 self.next_f32() * total,
-                (0..n as u32).map(|i| (i, weight(logits[i as usize]))),
+                logits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| (i as u32, weight(l))),
             )
             .unwrap_or_else(|| argmax(logits));
         }
-        // Top-k and the nucleus need the best tokens in order: select them with a partial sort
-        // (the vocabulary is 10⁵ entries; the kept set is usually tens).
-        let best_first = |a: &u32, b: &u32| {
-            logits[*b as usize]
-                .partial_cmp(&logits[*a as usize])
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then(a.cmp(b))
-        };
-        let top = |k: usize| -> Vec<u32> {
-            let mut idx: Vec<u32> = (0..n as u32).collect();
-            if k < n {
-                idx.select_nth_unstable_by(k - 1, best_first);
-                idx.truncate(k);
-            }
-            idx.sort_unstable_by(best_first);
-            idx
-        };
-        let limit = if self.cfg.top_k > 0 {
-            self.cfg.top_k.min(n)
-        } else {
-            n
-        };
-        let mut idx = if self.cfg.top_k > 0 || self.cfg.top_p >= 1.0 {
-            top(limit)
-        } else {
-            top(256.min(n))
-        };
-        if self.cfg.top_p < 1.0 {
-            let z: f32 = if self.cfg.top_k > 0 {
-                idx.iter().map(|&i| weight(logits[i as usize])).sum()
-            } else {
-                logits.iter().map(|&l| weight(l)).sum()
-            };
-            loop {
-                let mut acc = 0.0;
-                let cut = idx.iter().position(|&i| {
-                    acc += weight(logits[i as usize]) / z;
-                    acc >= self.cfg.top_p
-                });
-                match cut {
-                    Some(c) => {
-                        idx.truncate(c + 1);
-                        break;
-                    }
-                    None if idx.len() >= limit => break,
-                    None => idx = top((idx.len() * 8).min(limit)),
-                }
+        let kept = self.candidates(logits);
+        let total: f32 = kept.iter().map(|c| c.1).sum();
+        let r = self.next_f32() * total;
+        draw(r, kept.iter().copied()).unwrap_or_else(|| kept.last().map_or(0, |c| c.0))
+    }
+
+    /// Applies the logit bias, then the penalties over the last `repeat_last_n` tokens: the
+    /// repetition penalty to every token there, the presence and frequency penalties to those
+    /// the answer generated (OpenAI: `μ[j] − c[j]·α_frequency − [c[j] > 0]·α_presence`, `c[j]`
+    /// how often `j` was sampled before).
+    fn adjust(&self, logits: &mut [f32], seen: &[u32], prompt: usize) {
+        for &(t, b) in &self.cfg.logit_bias {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l += b;
             }
         }
-        let total: f32 = idx.iter().map(|&i| weight(logits[i as usize])).sum();
-        let r = self.next_f32() * total;
-        draw(r, idx.iter().map(|&i| (i, weight(logits[i as usize])))).unwrap_or(idx[idx.len() - 1])
+        let c = &self.cfg;
+        let penalties =
+            c.repetition_penalty != 1.0 || c.presence_penalty != 0.0 || c.frequency_penalty != 0.0;
+        if !penalties || c.repeat_last_n == 0 {
+            return;
+        }
+        let from = seen.len().saturating_sub(c.repeat_last_n);
+        // (token, how often the answer generated it), one entry per distinct token of the window.
+        let mut counts: Vec<(u32, u32)> = Vec::new();
+        let mut window: Vec<(u32, bool)> = seen[from..]
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| (t, from + i >= prompt))
+            .collect();
+        window.sort_unstable();
+        for (t, generated) in window {
+            match counts.last_mut() {
+                Some((last, n)) if *last == t => *n += u32::from(generated),
+                _ => counts.push((t, u32::from(generated))),
+            }
+        }
+        for (t, n) in counts {
+            let Some(l) = logits.get_mut(t as usize) else {
+                continue;
+            };
+            if c.repetition_penalty != 1.0 {
+                *l = if *l > 0.0 {
+                    *l / c.repetition_penalty
+                } else {
+                    *l * c.repetition_penalty
+                };
+            }
+            if n > 0 {
+                *l -= n as f32 * c.frequency_penalty + c.presence_penalty;
+            }
+        }
     }
+
+    /// The tokens the truncations keep, best first, with their weights `exp((l − max)/T)`.
+    fn candidates(&self, logits: &[f32]) -> Weighted {
+        let c = &self.cfg;
+        let (t, max) = (c.temperature, max_of(logits));
+        let weight = |l: f32| ((l - max) / t).exp();
+        let n = logits.len();
+        // Best first; ties by token id, so a choice never depends on the order of a sort.
+        let by_weight = |a: &(u32, f32), b: &(u32, f32)| {
+            b.1.partial_cmp(&a.1)
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(a.0.cmp(&b.0))
+        };
+        let all = || -> Weighted {
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, weight(l)))
+                .collect()
+        };
+        let mut kept: Option<Weighted> = None;
+        if c.top_k > 0 {
+            let mut v = all();
+            if c.top_k < n {
+                v.select_nth_unstable_by(c.top_k - 1, by_weight);
+                v.truncate(c.top_k);
+            }
+            v.sort_unstable_by(by_weight);
+            kept = Some(v);
+        }
+        if c.top_p < 1.0 {
+            let v = kept.take().unwrap_or_else(all);
+            let z: f32 = v.iter().map(|x| x.1).sum();
+            kept = Some(smallest_reaching(v, c.top_p * z, by_weight));
+        }
+        if c.min_p > 0.0 {
+            // Relative to the most likely token kept (weight 1 unless the bias or a grammar
+            // removed every token but some).
+            let v = kept.take().unwrap_or_else(all);
+            let best = v.iter().fold(0.0f32, |a, x| a.max(x.1));
+            let floor = c.min_p * best;
+            kept = Some(v.into_iter().filter(|x| x.1 >= floor).collect());
+        }
+        if c.typical_p < 1.0 {
+            let v = kept.take().unwrap_or_else(all);
+            let z: f64 = v.iter().map(|x| f64::from(x.1)).sum();
+            // Entropy of the renormalized distribution, and each token's distance from it.
+            let entropy: f64 = v
+                .iter()
+                .filter(|x| x.1 > 0.0)
+                .map(|x| {
+                    let p = f64::from(x.1) / z;
+                    -p * p.ln()
+                })
+                .sum();
+            let distance = |x: &(u32, f32)| {
+                if x.1 > 0.0 {
+                    (-(f64::from(x.1) / z).ln() - entropy).abs()
+                } else {
+                    f64::INFINITY
+                }
+            };
+            let by_distance = |a: &(u32, f32), b: &(u32, f32)| {
+                distance(a)
+                    .partial_cmp(&distance(b))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(a.0.cmp(&b.0))
+            };
+            kept = Some(smallest_reaching(v, c.typical_p * z as f32, by_distance));
+        }
+        let mut v = kept.unwrap_or_else(all);
+        v.retain(|x| x.1 > 0.0);
+        if v.is_empty() {
+            // Every weight underflowed or was banned: the best logit, as greedy would.
+            v.push((argmax(logits), 1.0));
+        }
+        v
+    }
+}
+
+/// The shortest prefix of `v` ordered by `order` whose weights sum to at least `mass` (all of
+/// `v` when none does). The order is selected in widening steps (256, ×8 …): a vocabulary has
+/// 10⁵ entries and the kept set is usually tens.
+fn smallest_reaching(
+    mut v: Weighted,
+    mass: f32,
+    order: impl Fn(&(u32, f32), &(u32, f32)) -> std::cmp::Ordering,
+) -> Weighted {
+    let n = v.len();
+    let mut k = 256.min(n);
+    loop {
+        if k < n {
+            v.select_nth_unstable_by(k - 1, &order);
+        }
+        let mut head = v[..k].to_vec();
+        head.sort_unstable_by(&order);
+        let mut acc = 0.0f32;
+        if let Some(at) = head.iter().position(|x| {
+            acc += x.1;
+            acc >= mass
+        }) {
+            head.truncate(at + 1);
+            return head;
+        }
+        if k == n {
+            return head;
+        }
+        k = (k * 8).min(n);
+    }
+}
+
+/// The largest finite-or-infinite value (−∞ for an empty or all-NaN row).
+fn max_of(x: &[f32]) -> f32 {
+    x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
 }
 
 /// The first candidate at which the running weight passes `r`.
@@ -209,135 +380,5 @@ pub fn argmax(x: &[f32]) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parameters_no_sampler_can_honour_are_refused_by_name() {
-        let base = SamplerConfig::default();
-        assert!(base.check().is_ok());
-        let field = |c: SamplerConfig| match c.check() {
-            Err(crate::Error::Request { field, .. }) => field,
-            other => panic!("not refused: {other:?}"),
-        };
-        for t in [f32::NAN, f32::INFINITY, -0.5] {
-            assert_eq!(
-                field(SamplerConfig {
-                    temperature: t,
-                    ..base.clone()
-                }),
-                "temperature"
-            );
-        }
-        for p in [0.0, f32::NAN, 1.5, -1.0] {
-            assert_eq!(
-                field(SamplerConfig {
-                    top_p: p,
-                    ..base.clone()
-                }),
-                "top_p"
-            );
-        }
-        for r in [0.0, f32::NAN, f32::INFINITY, -1.0, 1e-300f64 as f32] {
-            assert_eq!(
-                field(SamplerConfig {
-                    repetition_penalty: r,
-                    ..base.clone()
-                }),
-                "repetition_penalty"
-            );
-        }
-    }
-
-    #[test]
-    fn greedy_takes_the_argmax() {
-        let mut s = Sampler::new(SamplerConfig::default());
-        assert_eq!(s.pick(&mut [0.1, 3.0, 2.0], &[]), 1);
-    }
-
-    #[test]
-    fn repetition_penalty_demotes_seen_tokens() {
-        let mut s = Sampler::new(SamplerConfig {
-            repetition_penalty: 2.0,
-            ..Default::default()
-        });
-        assert_eq!(s.pick(&mut [0.0, 3.0, 2.0], &[1]), 2);
-    }
-
-    #[test]
-    fn top_k_one_is_greedy_and_seeds_repeat() {
-        let cfg = SamplerConfig {
-            temperature: 1.0,
-            top_k: 1,
-            ..Default::default()
-        };
-        let mut s = Sampler::new(cfg);
-        assert_eq!(s.pick(&mut [0.5, 0.4, 2.0], &[]), 2);
-        let draw = |seed| {
-            let mut s = Sampler::new(SamplerConfig {
-                temperature: 1.0,
-                seed,
-                ..Default::default()
-            });
-            (0..20)
-                .map(|_| s.pick(&mut [1.0, 1.0, 1.0, 1.0], &[]))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(draw(5), draw(5));
-        assert_ne!(draw(5), draw(6));
-    }
-
-    #[test]
-    fn sampling_follows_the_distribution_with_or_without_truncation() {
-        // p ∝ [e², e¹, e⁰, e⁰]; counts over 4000 draws within a few percent of the truth.
-        let logits = [2.0f32, 1.0, 0.0, 0.0];
-        let z: f32 = logits.iter().map(|l| l.exp()).sum();
-        for (top_k, top_p) in [(0, 1.0), (4, 1.0), (0, 0.999)] {
-            let mut s = Sampler::new(SamplerConfig {
-                temperature: 1.0,
-                top_k,
-                top_p,
-                seed: 11,
-                ..Default::default()
-            });
-            let mut counts = [0usize; 4];
-            for _ in 0..4000 {
-                counts[s.pick(&mut logits.clone(), &[]) as usize] += 1;
-            }
-            for (c, l) in counts.iter().zip(logits) {
-                let want = l.exp() / z;
-                let got = *c as f32 / 4000.0;
-                assert!((got - want).abs() < 0.03, "k={top_k} p={top_p}: {counts:?}");
-            }
-        }
-        // A nucleus beyond the first selection (300 equal tokens, p = 0.9) widens until it holds.
-        let mut s = Sampler::new(SamplerConfig {
-            temperature: 1.0,
-            top_p: 0.9,
-            seed: 2,
-            ..Default::default()
-        });
-        let flat = vec![0.0f32; 300];
-        let picks: std::collections::BTreeSet<u32> =
-            (0..3000).map(|_| s.pick(&mut flat.clone(), &[])).collect();
-        assert!(
-            picks.len() > 256 && picks.iter().all(|&i| i < 272),
-            "{}",
-            picks.len()
-        );
-    }
-
-    #[test]
-    fn top_p_keeps_the_nucleus() {
-        let mut s = Sampler::new(SamplerConfig {
-            temperature: 1.0,
-            top_p: 0.5,
-            seed: 3,
-            ..Default::default()
-        });
-        // p ≈ [0.88, 0.12, …]: the nucleus at 0.5 is the first token alone.
-        for _ in 0..20 {
-            assert_eq!(s.pick(&mut [4.0, 2.0, 0.0, 0.0], &[]), 0);
-        }
-    }
-}
+#[path = "sample_tests.rs"]
+mod tests;

@@ -141,6 +141,7 @@ impl SampleArgs {
             top_p: self.top_p,
             repetition_penalty: self.repeat_penalty,
             seed: self.seed,
+            ..SamplerConfig::default()
         };
         s.check()?;
         Ok(s)

@@ -325,6 +325,7 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
         top_p: top_p as f32,
         repetition_penalty: repetition_penalty as f32,
         seed,
+        ..SamplerConfig::default()
     };
     // The values as the sampler holds them (f32): a penalty of 1e-300 passes as f64 and is 0.
     if let Err(crate::Error::Request { field, reason }) = sampler.check() {

@@ -205,7 +205,8 @@ fn check(route: &str, b: &Map<String, Value>, got: Result<Parsed, ApiError>, r: 
                     })
                     .collect();
                 let seen: Vec<u32> = (0..r.below(8)).map(|_| r.below(n + 5) as u32).collect();
-                let t = sampler.pick(&mut logits, &seen);
+                let prompt = r.below(seen.len() + 1);
+                let t = sampler.pick(&mut logits, &seen, prompt);
                 assert!((t as usize) < n, "{route} {shown}: token {t} of {n}");
             }
         }
