@@ -116,9 +116,24 @@ pub struct SampleArgs {
     /// Nucleus sampling threshold.
     #[arg(long, default_value_t = 1.0)]
     pub top_p: f32,
+    /// Keep the tokens at least this fraction as likely as the most likely one (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Locally typical sampling mass (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub typical_p: f32,
     /// Repetition penalty (1 = off).
     #[arg(long, default_value_t = 1.0)]
     pub repeat_penalty: f32,
+    /// Subtracted once from the logit of every token the answer already holds (OpenAI's).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time the answer holds it (OpenAI's).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Tokens the penalties look back over (-1 = the whole context, 0 = penalties off).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub repeat_last_n: i64,
     /// RNG seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -139,9 +154,19 @@ impl SampleArgs {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
+            min_p: self.min_p,
+            typical_p: self.typical_p,
             repetition_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            repeat_last_n: match self.repeat_last_n {
+                -1 => usize::MAX,
+                n => usize::try_from(n).map_err(|_| {
+                    anyhow::anyhow!("--repeat-last-n must be -1, 0 or more, got {n}")
+                })?,
+            },
+            logit_bias: Vec::new(),
             seed: self.seed,
-            ..SamplerConfig::default()
         };
         s.check()?;
         Ok(s)

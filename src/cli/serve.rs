@@ -62,9 +62,21 @@ pub struct ServeArgs {
     /// shape of the pack's kernel set.
     #[arg(long, value_name = "DIR", env = "ONEBIT_KERNEL_DIR")]
     pub kernel_dir: Option<PathBuf>,
+    /// Ignore request fields this server does not read (named in a `Warning` header and the
+    /// log) instead of answering 400.
+    #[arg(long)]
+    pub lenient: bool,
+    /// A browser origin allowed to call the API (`http://localhost:3000`, or `*` for any);
+    /// repeatable. None by default: pages of other origins cannot read the answers.
+    #[arg(long = "cors-origin", value_name = "ORIGIN", value_parser = cors_origin)]
+    pub cors_origins: Vec<String>,
     /// Worker threads for the model [default: all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
+}
+
+fn cors_origin(s: &str) -> Result<String, String> {
+    onebit_runtime::server::check_origin(s).map(|()| s.to_string())
 }
 
 /// Runs the server until Ctrl-C; exit 1 when the pack is refused, 2 on other failures.
@@ -140,6 +152,8 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
         max_body: a.max_body,
         limits,
         report: report_source(g, &a.source),
+        lenient: a.lenient,
+        cors_origins: a.cors_origins.clone(),
     });
     eprintln!(
         "listening on http://{bound} (OpenAI API under /v1; /health says when the model is ready)"

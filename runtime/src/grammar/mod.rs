@@ -10,6 +10,8 @@
 
 mod vocab;
 
+pub use vocab::token_pieces;
+
 use std::sync::{Arc, OnceLock};
 
 use llguidance::api::TopLevelGrammar;

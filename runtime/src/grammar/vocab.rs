@@ -77,34 +77,39 @@ fn byte_level_table() -> HashMap<char, u8> {
     map
 }
 
-/// The bytes of every token of `tok`, padded with unspellable special entries up to `vocab`
-/// rows (a model's embedding may have more rows than its tokenizer has tokens).
-fn token_bytes(tok: &Tokenizer, vocab: usize) -> Vec<Vec<u8>> {
-    let spell = spelling(tok.get_decoder());
-    let table = byte_level_table();
-    let special: HashMap<u32, bool> = tok
-        .get_added_tokens_decoder()
-        .into_iter()
-        .map(|(id, t)| (id, t.special))
-        .collect();
-    let n = tok.get_vocab_size(true).max(vocab);
-    (0..n as u32)
-        .map(|id| {
-            let name = tok.id_to_token(id);
-            let marked = |s: &str| {
-                let mut b = vec![TokTrie::SPECIAL_TOKEN_MARKER];
-                b.extend_from_slice(s.as_bytes());
-                b
-            };
-            match (name, special.get(&id)) {
-                (None, _) => marked(&format!("<[{id}]>")),
-                (Some(s), Some(true)) => marked(&s),
-                // A non-special added token is text as written.
-                (Some(s), Some(false)) => s.into_bytes(),
-                (Some(s), None) => match spell {
+/// How one tokenizer's token strings become bytes.
+struct Speller {
+    spell: Spelling,
+    table: HashMap<char, u8>,
+    special: HashMap<u32, bool>,
+}
+
+impl Speller {
+    fn new(tok: &Tokenizer) -> Speller {
+        Speller {
+            spell: spelling(tok.get_decoder()),
+            table: byte_level_table(),
+            special: tok
+                .get_added_tokens_decoder()
+                .into_iter()
+                .map(|(id, t)| (id, t.special))
+                .collect(),
+        }
+    }
+
+    /// The bytes `id` stands for, and whether it is a special token; `None` for an id the
+    /// tokenizer does not have.
+    fn bytes(&self, tok: &Tokenizer, id: u32) -> Option<(Vec<u8>, bool)> {
+        let s = tok.id_to_token(id)?;
+        Some(match self.special.get(&id) {
+            Some(true) => (s.into_bytes(), true),
+            // A non-special added token is text as written.
+            Some(false) => (s.into_bytes(), false),
+            None => (
+                match self.spell {
                     Spelling::ByteLevel => s
                         .chars()
-                        .map(|c| table.get(&c).copied())
+                        .map(|c| self.table.get(&c).copied())
                         .collect::<Option<Vec<u8>>>()
                         .unwrap_or_else(|| s.replace('Ġ', " ").into_bytes()),
                     Spelling::Pieces { space, bytes } => {
@@ -119,7 +124,36 @@ fn token_bytes(tok: &Tokenizer, vocab: usize) -> Vec<Vec<u8>> {
                         }
                     }
                 },
-            }
+                false,
+            ),
+        })
+    }
+}
+
+/// The bytes each of `ids` stands for (`/tokenize`'s pieces): a byte token is its one byte, a
+/// word marker a space, a special token its text; an id the tokenizer lacks is `None`.
+pub fn token_pieces(tok: &Tokenizer, ids: &[u32]) -> Vec<Option<Vec<u8>>> {
+    let sp = Speller::new(tok);
+    ids.iter()
+        .map(|&id| sp.bytes(tok, id).map(|(b, _)| b))
+        .collect()
+}
+
+/// The bytes of every token of `tok`, padded with unspellable special entries up to `vocab`
+/// rows (a model's embedding may have more rows than its tokenizer has tokens).
+fn token_bytes(tok: &Tokenizer, vocab: usize) -> Vec<Vec<u8>> {
+    let sp = Speller::new(tok);
+    let n = tok.get_vocab_size(true).max(vocab);
+    let marked = |s: &[u8]| {
+        let mut b = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+        b.extend_from_slice(s);
+        b
+    };
+    (0..n as u32)
+        .map(|id| match sp.bytes(tok, id) {
+            None => marked(format!("<[{id}]>").as_bytes()),
+            Some((s, true)) => marked(&s),
+            Some((b, false)) => b,
         })
         .collect()
 }

@@ -146,6 +146,9 @@ pub(super) const COMMON_FIELDS: &[&str] = &[
     "presence_penalty",
     "frequency_penalty",
     "logit_bias",
+    "min_p",
+    "typical_p",
+    "repeat_last_n",
     "user",
     "metadata",
     "store",
@@ -164,7 +167,7 @@ pub(super) const CHAT_FIELDS: &[&str] = &[
 /// Fields only `/v1/completions` reads.
 pub(super) const COMPLETION_FIELDS: &[&str] = &["prompt", "echo", "suffix", "logprobs", "best_of"];
 
-/// Refuses a field neither list names (`min_p`, `top_logprobs` on completions, a misspelt
+/// Refuses a field neither list names (`mirostat`, `top_logprobs` on completions, a misspelt
 /// `max_token`): ignoring it would answer a question the client did not ask.
 fn known_fields(b: &serde_json::Map<String, Value>, route: &[&str]) -> Result<(), ApiError> {
     match b
@@ -179,6 +182,73 @@ fn known_fields(b: &serde_json::Map<String, Value>, route: &[&str]) -> Result<()
         )),
         None => Ok(()),
     }
+}
+
+/// `logit_bias`: an object from token ids (as strings, OpenAI's shape) to a bias in [-100, 100].
+/// Whether each id is inside the vocabulary is checked where the model is known
+/// ([`check_logit_bias`]).
+fn logit_bias(b: &serde_json::Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let m = match b.get("logit_bias") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(v) => {
+            return Err(ApiError::bad(
+                "logit_bias",
+                format!("'logit_bias' must be an object from token ids to biases, got {v}"),
+            ));
+        }
+    };
+    let mut out: Vec<(u32, f32)> = Vec::with_capacity(m.len());
+    for (k, v) in m {
+        let field = format!("logit_bias.{k}");
+        let id: u32 = k.trim().parse().map_err(|_| {
+            ApiError::bad(
+                field.clone(),
+                format!("'{k}' is not a token id (a non-negative integer in a string)"),
+            )
+        })?;
+        let bias = match v.as_f64() {
+            Some(x) if (-100.0..=100.0).contains(&x) => x as f32,
+            _ => {
+                return Err(ApiError::bad(
+                    field,
+                    format!("a bias must be a number between -100 and 100, got {v}"),
+                ));
+            }
+        };
+        if out.iter().any(|&(t, _)| t == id) {
+            return Err(ApiError::bad(field, format!("token {id} is named twice")));
+        }
+        out.push((id, bias));
+    }
+    out.sort_unstable_by_key(|&(t, _)| t);
+    Ok(out)
+}
+
+/// Refuses a `logit_bias` naming a token outside a vocabulary of `vocab` tokens.
+pub fn check_logit_bias(s: &SamplerConfig, vocab: usize) -> Result<(), ApiError> {
+    match s.logit_bias.iter().find(|&&(t, _)| t as usize >= vocab) {
+        Some(&(t, _)) => Err(ApiError::bad(
+            format!("logit_bias.{t}"),
+            format!("token id {t} is outside the {vocab}-token vocabulary"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Removes the fields neither `route` nor the common list names, and returns their names, for
+/// `serve --lenient`: clients that send fields this server does not read get an answer and a
+/// `Warning` header naming what was ignored, instead of a 400.
+pub fn drop_unknown(b: &mut serde_json::Map<String, Value>, route: &[&str]) -> Vec<String> {
+    let unknown: Vec<String> = b
+        .keys()
+        .filter(|k| !COMMON_FIELDS.contains(&k.as_str()) && !route.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    for k in &unknown {
+        b.remove(k);
+    }
+    unknown
 }
 
 /// The fields chat and plain completions share.
@@ -285,19 +355,47 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
             ));
         }
     };
-    for f in ["presence_penalty", "frequency_penalty"] {
+    let mut penalties = [0.0f64; 2];
+    for (i, f) in ["presence_penalty", "frequency_penalty"]
+        .into_iter()
+        .enumerate()
+    {
         let x = num(b, f)?.unwrap_or(0.0);
-        if x != 0.0 {
+        if !(-2.0..=2.0).contains(&x) {
             return Err(ApiError::bad(
                 f,
-                format!("'{f}' = {x} is not supported by this server (use repetition_penalty)"),
+                format!("'{f}' must be between -2 and 2, got {x}"),
             ));
         }
+        penalties[i] = x;
     }
+    let min_p = num(b, "min_p")?.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&min_p) {
+        return Err(ApiError::bad(
+            "min_p",
+            format!("'min_p' must be in [0, 1], got {min_p}"),
+        ));
+    }
+    let typical_p = num(b, "typical_p")?.unwrap_or(1.0);
+    if !(typical_p > 0.0 && typical_p <= 1.0) {
+        return Err(ApiError::bad(
+            "typical_p",
+            format!("'typical_p' must be in (0, 1], got {typical_p}"),
+        ));
+    }
+    // llama.cpp's convention: -1 is the whole context, 0 turns the penalties off.
+    let repeat_last_n = match int(b, "repeat_last_n")? {
+        None | Some(-1) => usize::MAX,
+        Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
+        Some(n) => {
+            return Err(ApiError::bad(
+                "repeat_last_n",
+                format!("'repeat_last_n' must be -1 (the whole context), 0 (off) or more, got {n}"),
+            ));
+        }
+    };
+    let logit_bias = logit_bias(b)?;
     unsupported(b, "store", |v| v == &Value::Bool(false))?;
-    unsupported(b, "logit_bias", |v| {
-        v.as_object().is_some_and(|m| m.is_empty())
-    })?;
     unsupported(b, "best_of", |v| v.as_i64() == Some(1))?;
     let stream = flag(b, "stream")?;
     let include_usage = match b.get("stream_options") {
@@ -324,8 +422,13 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
         top_k: top_k as usize,
         top_p: top_p as f32,
         repetition_penalty: repetition_penalty as f32,
+        min_p: min_p as f32,
+        typical_p: typical_p as f32,
+        presence_penalty: penalties[0] as f32,
+        frequency_penalty: penalties[1] as f32,
+        repeat_last_n,
+        logit_bias,
         seed,
-        ..SamplerConfig::default()
     };
     // The values as the sampler holds them (f32): a penalty of 1e-300 passes as f64 and is 0.
     if let Err(crate::Error::Request { field, reason }) = sampler.check() {

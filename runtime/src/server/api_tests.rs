@@ -40,12 +40,44 @@ fn refusals_name_the_field() {
         ),
         (r#"{"messages":[]}"#, "messages"),
         (
-            r#"{"messages":[{"role":"user","content":"x"}],"frequency_penalty":1}"#,
+            r#"{"messages":[{"role":"user","content":"x"}],"frequency_penalty":2.5}"#,
             "frequency_penalty",
         ),
         (
-            r#"{"messages":[{"role":"user","content":"x"}],"min_p":0.1}"#,
+            r#"{"messages":[{"role":"user","content":"x"}],"presence_penalty":"1"}"#,
+            "presence_penalty",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"min_p":1.5}"#,
             "min_p",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"typical_p":0}"#,
+            "typical_p",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"repeat_last_n":-2}"#,
+            "repeat_last_n",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"the":1}}"#,
+            "logit_bias.the",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"5":101}}"#,
+            "logit_bias.5",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"5":1,"05":2}}"#,
+            "logit_bias.05",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":[1]}"#,
+            "logit_bias",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"mirostat":2}"#,
+            "mirostat",
         ),
         (
             r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":3}"#,
@@ -72,7 +104,8 @@ fn refusals_name_the_field() {
     let e = completion(&body(r#"{"prompt":{"x":1}}"#)).expect_err("object prompt");
     assert_eq!(e.param.as_deref(), Some("prompt"));
     for (s, field) in [
-        (r#"{"prompt":"x","min_p":0.05}"#, "min_p"),
+        (r#"{"prompt":"x","min_p":-0.05}"#, "min_p"),
+        (r#"{"prompt":"x","tfs_z":0.9}"#, "tfs_z"),
         (r#"{"prompt":"x","top_logprobs":2}"#, "top_logprobs"),
         (r#"{"prompt":"x","messages":[]}"#, "messages"),
     ] {
@@ -88,6 +121,44 @@ fn refusals_name_the_field() {
     assert_eq!(e.code, Some("invalid_json"));
     let e = json_body(b"{\"prompt\": \"\xff\xfe\"}").expect_err("invalid utf-8");
     assert_eq!(e.code, Some("invalid_json"));
+}
+
+#[test]
+fn sampling_fields_reach_the_sampler() {
+    let p = completion(&body(
+        r#"{"prompt":"x","min_p":0.1,"typical_p":0.9,"presence_penalty":0.5,
+            "frequency_penalty":-0.25,"repeat_last_n":64,"logit_bias":{"7":-100,"3":2.5}}"#,
+    ))
+    .expect("sampling fields");
+    let s = &p.sampler;
+    assert_eq!((s.min_p, s.typical_p), (0.1, 0.9));
+    assert_eq!((s.presence_penalty, s.frequency_penalty), (0.5, -0.25));
+    assert_eq!(s.repeat_last_n, 64);
+    assert_eq!(s.logit_bias, vec![(3, 2.5), (7, -100.0)]);
+    let all = completion(&body(r#"{"prompt":"x","repeat_last_n":-1}"#)).expect("-1");
+    assert_eq!(
+        all.sampler.repeat_last_n,
+        usize::MAX,
+        "-1 is the whole context"
+    );
+    let e = check_logit_bias(s, 7).expect_err("id 7 of 7");
+    assert_eq!(e.param.as_deref(), Some("logit_bias.7"));
+    check_logit_bias(s, 8).expect("inside the vocabulary");
+}
+
+#[test]
+fn lenient_drops_only_unknown_fields_and_names_them() {
+    let mut b = body(r#"{"prompt":"x","mirostat":2,"min_p":0.1,"tfs_z":1}"#);
+    let mut dropped = drop_unknown(&mut b, COMPLETION_FIELDS);
+    dropped.sort();
+    assert_eq!(dropped, ["mirostat", "tfs_z"]);
+    let p = completion(&b).expect("the rest parses");
+    assert_eq!(p.sampler.min_p, 0.1);
+    // A known field with a bad value is still refused.
+    let mut b = body(r#"{"prompt":"x","mirostat":2,"min_p":2}"#);
+    drop_unknown(&mut b, COMPLETION_FIELDS);
+    let e = completion(&b).expect_err("min_p 2");
+    assert_eq!(e.param.as_deref(), Some("min_p"));
 }
 
 #[test]

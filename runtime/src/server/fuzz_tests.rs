@@ -34,7 +34,7 @@ impl Rng {
 
 /// Every field either route reads, and some no route reads (a misspelling, the empty name).
 fn fields() -> Vec<&'static str> {
-    let unknown = ["min_p", "typical_p", "max_token", ""];
+    let unknown = ["mirostat", "tfs_z", "max_token", ""];
     api::COMMON_FIELDS
         .iter()
         .chain(api::CHAT_FIELDS)
@@ -103,7 +103,16 @@ fn value(r: &mut Rng, depth: usize) -> Value {
         3 => Value::String(string(r)),
         4 => Value::Array((0..r.below(6)).map(|_| value(r, depth + 1)).collect()),
         5 => {
-            let keys = ["type", "text", "include_usage", "role", "content", "x"];
+            let keys = [
+                "type",
+                "text",
+                "include_usage",
+                "role",
+                "content",
+                "x",
+                "0",
+                "7",
+            ];
             Value::Object(
                 (0..r.below(4))
                     .map(|_| (r.pick(&keys).to_string(), value(r, depth + 1)))

@@ -93,6 +93,51 @@ pub(super) async fn model(
     Ok(axum::Json(model_object(&r)).into_response())
 }
 
+/// `GET /props` (llama-server's route): the context and slots served at, the chat template,
+/// the special tokens, and what this server adds: the pack's verification verdict and where the
+/// forward pass runs (the backend and its kernel path).
+pub(super) async fn props(
+    State(s): State<Arc<Server>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    s.authorize(&headers)?;
+    let r = s.current()?;
+    let e = &r.engine;
+    let m = &e.model;
+    let v = &m.pack.manifest.verification;
+    let token = |id: Option<u32>| {
+        id.and_then(|t| e.text.decode_keeping_special(&[t]).ok())
+            .unwrap_or_default()
+    };
+    Ok(axum::Json(json!({
+        "model": r.id,
+        "model_path": m.pack.dir,
+        "total_slots": r.limits.slots,
+        "default_generation_settings": {
+            "n_ctx": r.limits.ctx,
+            "params": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
+                       "typical_p": 1.0, "repeat_last_n": -1, "repeat_penalty": 1.0,
+                       "presence_penalty": 0.0, "frequency_penalty": 0.0},
+        },
+        "model_context": m.spec.context,
+        "vocab": m.spec.vocab,
+        "chat_template": e.text.template(),
+        "bos_token": token(m.spec.bos),
+        "eos_token": token(m.spec.eos.first().copied()),
+        "kv_cache_type": m.cache_type().to_string(),
+        "verification": {
+            "verified": v.verified,
+            "summary": v.summary,
+            "repaired": v.repaired,
+            "reference": m.pack.manifest.provenance.reference,
+        },
+        "backend": m.backend_name(),
+        "kernel_path": m.kernel_path().name(),
+        "build_info": concat!("onebit-pipe ", env!("CARGO_PKG_VERSION")),
+    }))
+    .into_response())
+}
+
 /// `/report/<model>`: the served pack's verification report, built from the store's catalog now.
 pub(super) async fn report(
     State(s): State<Arc<Server>>,

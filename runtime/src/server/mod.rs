@@ -8,6 +8,7 @@
 
 pub mod api;
 mod body;
+mod cors;
 mod error;
 #[cfg(test)]
 mod fuzz_tests;
@@ -19,6 +20,7 @@ pub mod scheduler;
 #[cfg(test)]
 mod scheduler_tests;
 mod structured;
+mod tokens;
 mod tools;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +39,8 @@ use crate::error::Error;
 use crate::generate::{Request as GenRequest, checked_prompt};
 use api::ApiError;
 use body::read_body;
-use info::{health, metrics_text, model, models, report};
+pub use cors::check_origin;
+use info::{health, metrics_text, model, models, props, report};
 pub use metrics::Metrics;
 use reply::{Kind, Reply};
 use scheduler::{Busy, Job, Scheduler};
@@ -57,6 +60,12 @@ pub struct Options {
     /// Builds the verification report (HTML) of the served pack for `/report/<model>`; `None`:
     /// the pack is not in a store, so there is no report to show.
     pub report: Option<ReportSource>,
+    /// `--lenient`: fields this server does not read are dropped, named in a `Warning` header,
+    /// instead of refused with a 400.
+    pub lenient: bool,
+    /// `--cors-origin`: the browser origins allowed to call the API (`*` for any); empty: no
+    /// CORS headers, so pages of other origins cannot read the answers.
+    pub cors_origins: Vec<String>,
 }
 
 /// Writes the served pack's report page, or says why it cannot. Called on a thread of its own for
@@ -243,7 +252,7 @@ impl Server {
 
     /// The router with every route, request metrics and logs.
     pub fn router(self: &Arc<Self>) -> Router {
-        Router::new()
+        let router = Router::new()
             .route("/health", get(health))
             .route("/metrics", get(metrics_text))
             .route("/v1/models", get(models))
@@ -251,9 +260,16 @@ impl Server {
             .route("/v1/chat/completions", post(chat_completions))
             .route("/v1/completions", post(completions))
             .route("/report/{*id}", get(report))
+            .route("/props", get(props))
+            .route("/tokenize", post(tokens::tokenize))
+            .route("/detokenize", post(tokens::detokenize))
             .fallback(not_found)
             .layer(middleware::from_fn_with_state(self.clone(), observe))
-            .with_state(self.clone())
+            .with_state(self.clone());
+        match cors::layer(&self.opts.cors_origins) {
+            Some(c) => router.layer(c),
+            None => router,
+        }
     }
 
     async fn complete(self: Arc<Self>, kind: Kind, headers: HeaderMap, body: Body) -> Response {
@@ -273,7 +289,16 @@ impl Server {
         self.authorize(&headers)?;
         let ready = self.current()?;
         let bytes = read_body(body, &headers, self.opts.max_body).await?;
-        let fields = api::json_body(&bytes)?;
+        let mut fields = api::json_body(&bytes)?;
+        let ignored = if self.opts.lenient {
+            let route = match kind {
+                Kind::Chat => api::CHAT_FIELDS,
+                Kind::Text => api::COMPLETION_FIELDS,
+            };
+            api::drop_unknown(&mut fields, route)
+        } else {
+            Vec::new()
+        };
         let parsed = match kind {
             Kind::Chat => api::chat(&fields)?,
             Kind::Text => api::completion(&fields)?,
@@ -292,6 +317,7 @@ impl Server {
                 code: Some("model_not_found"),
             });
         }
+        api::check_logit_bias(&parsed.sampler, ready.engine.model.spec.vocab)?;
         let ctx = ready.limits.ctx;
         let calls = tools::tool_plan(
             &ready.engine.text,
@@ -385,11 +411,22 @@ impl Server {
             summary: None,
             calls: calls.map(|p| (p.format, p.tools)),
         };
-        if parsed.stream {
-            Ok(reply.stream(rx, &parsed))
+        let mut resp = if parsed.stream {
+            reply.stream(rx, &parsed)
         } else {
-            reply.whole(rx).await
+            reply.whole(rx).await?
+        };
+        if !ignored.is_empty() {
+            tracing::warn!(fields = ?ignored, "--lenient: unknown request fields ignored");
+            let text = format!(
+                "299 onebit-pipe \"unknown fields ignored: {}\"",
+                ignored.join(", ")
+            );
+            if let Ok(v) = header::HeaderValue::from_str(&text) {
+                resp.headers_mut().insert(header::WARNING, v);
+            }
         }
+        Ok(resp)
     }
 }
 
@@ -402,6 +439,9 @@ fn route_of(path: &str) -> &'static str {
         "/v1/completions" => "/v1/completions",
         p if p.starts_with("/v1/models/") => "/v1/models/{id}",
         p if p.starts_with("/report/") => "/report/{id}",
+        "/props" => "/props",
+        "/tokenize" => "/tokenize",
+        "/detokenize" => "/detokenize",
         _ => "other",
     }
 }

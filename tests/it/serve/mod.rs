@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::support;
 
 mod batching;
+mod clients;
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
