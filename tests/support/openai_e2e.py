@@ -6,6 +6,7 @@ usage: openai_e2e.py BASE_URL MODEL API_KEY
 """
 import json
 import sys
+import urllib.request
 
 import openai
 
@@ -52,6 +53,38 @@ assert "".join(pieces) == msg.content, (pieces, msg.content)
 assert finish == r.choices[0].finish_reason and usage is not None, (finish, usage)
 assert usage.completion_tokens == r.usage.completion_tokens, usage
 seen["stream_pieces"] = len(pieces)
+
+# The sampling fields clients send by default are read: penalties and logit_bias through the
+# client's own parameters, llama.cpp's fields through extra_body.
+def post(path, body):
+    req = urllib.request.Request(base.removesuffix("/v1") + path, json.dumps(body).encode(),
+                                 {"Authorization": f"Bearer {key}",
+                                  "Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        return json.load(r)
+
+
+r = client.chat.completions.create(model=model, messages=msgs, max_tokens=12, temperature=0.7,
+                                   seed=4, presence_penalty=0.5, frequency_penalty=0.5,
+                                   logit_bias={"1234": -100},
+                                   extra_body={"min_p": 0.1, "typical_p": 0.95,
+                                               "repeat_last_n": 64})
+assert r.choices[0].message.content, r
+# A +100 bias on " Rome" makes it the whole greedy answer; −100 on the greedy first token bans it.
+rome = post("/tokenize", {"content": " Rome"})["tokens"]
+assert len(rome) == 1, rome
+c = client.completions.create(model=model, prompt=question, max_tokens=3, temperature=0,
+                              logit_bias={str(rome[0]): 100})
+assert c.choices[0].text == " Rome Rome Rome", c
+first = post("/tokenize", {"content": seen["completion"]})["tokens"][0]
+c = client.completions.create(model=model, prompt=question, max_tokens=1, temperature=0,
+                              logit_bias={str(first): -100})
+assert post("/tokenize", {"content": c.choices[0].text})["tokens"][0] != first, c
+seen["logit_bias"] = c.choices[0].text
+props = json.load(urllib.request.urlopen(urllib.request.Request(
+    base.removesuffix("/v1") + "/props", headers={"Authorization": f"Bearer {key}"})))
+assert props["verification"]["verified"] is True, props
+seen["kernel_path"] = props["kernel_path"]
 
 # A wrong key is a 401 the client recognizes.
 bad = openai.OpenAI(base_url=base, api_key="not-the-key", max_retries=0)

@@ -8,6 +8,7 @@
 //! [`Grammars`] builds the engine's view of the vocabulary once, on the first constrained request
 //! (a request without a grammar never pays for it); [`Constraint`] is one request's matcher.
 
+mod numbers;
 mod vocab;
 
 pub use vocab::token_pieces;
@@ -38,21 +39,24 @@ impl Spec {
 
     fn grammar(&self) -> TopLevelGrammar {
         match self {
-            Spec::JsonSchema(schema) => {
-                let mut schema = schema.clone();
-                // Compact JSON with one space after ',' and ':' unless the schema says otherwise:
-                // free whitespace lets a small model pad an answer with newlines until its
-                // budget runs out.
-                if let Value::Object(o) = &mut schema
-                    && !o.contains_key("x-guidance")
-                {
-                    o.insert("x-guidance".into(), json_layout());
-                }
-                TopLevelGrammar::from_json_schema(schema)
-            }
+            Spec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(engine_schema(schema)),
             Spec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
         }
     }
+}
+
+/// `schema` as the grammar engine gets it: numbers of bounded length ([`numbers`]), and compact
+/// JSON with one space after ',' and ':' unless the schema says otherwise (free whitespace lets a
+/// small model pad an answer with newlines until its budget runs out).
+pub fn engine_schema(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    numbers::bound_numbers(&mut schema);
+    if let Value::Object(o) = &mut schema
+        && !o.contains_key("x-guidance")
+    {
+        o.insert("x-guidance".into(), json_layout());
+    }
+    schema
 }
 
 /// The JSON layout every schema and tool call is generated in (`llguidance`'s compile options).

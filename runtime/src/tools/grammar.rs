@@ -10,19 +10,16 @@
 use serde_json::{Value, json};
 
 use super::{Format, Tool};
-use crate::grammar::json_layout;
+use crate::grammar::engine_schema;
 
 /// A Lark grammar for one call (or, with `parallel`, one or more) to any of `tools` in `format`.
 pub fn forced_grammar(format: Format, tools: &[Tool], parallel: bool) -> String {
     let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
     let args = |t: &Tool| {
-        let mut schema = match &t.parameters {
-            Value::Object(o) if !o.is_empty() => t.parameters.clone(),
-            _ => json!({"type": "object"}),
+        let schema = match &t.parameters {
+            Value::Object(o) if !o.is_empty() => engine_schema(&t.parameters),
+            _ => engine_schema(&json!({"type": "object"})),
         };
-        if let Value::Object(o) = &mut schema {
-            o.insert("x-guidance".into(), json_layout());
-        }
         format!("%json {schema}")
     };
     let mut rules = Vec::new();
@@ -51,11 +48,7 @@ pub fn forced_grammar(format: Format, tools: &[Tool], parallel: bool) -> String 
                         let value = if p["type"] == "string" {
                             bare_string(p)
                         } else {
-                            let mut p = p.clone();
-                            if let Value::Object(o) = &mut p {
-                                o.insert("x-guidance".into(), json_layout());
-                            }
-                            format!("%json {p}")
+                            format!("%json {}", engine_schema(p))
                         };
                         let one = format!(
                             "{} {value} {}",
