@@ -38,6 +38,21 @@ pub struct Request {
     pub constraint: Option<Constraint>,
     /// Keep special tokens in the text (a tool call's tags may be special tokens).
     pub keep_special: bool,
+    /// Report each generated token's log-probability and this many alternatives (`None`: off).
+    /// The logits are then read whole (no scan-head shortcut).
+    pub logprobs: Option<usize>,
+}
+
+impl Request {
+    /// How many of each row's best logits this request reads (see
+    /// [`SamplerConfig::reads_top`]); 0 (all) when it reports log-probabilities.
+    pub fn reads_top(&self) -> usize {
+        if self.logprobs.is_some() {
+            0
+        } else {
+            self.sampler.reads_top()
+        }
+    }
 }
 
 /// Why generation ended.
@@ -147,7 +162,7 @@ fn stop_at(full: &str, stops: &[String], last: bool) -> Option<usize> {
 }
 
 /// What one sampled token produced.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Step {
     /// The token sampled (absent when the budget was already spent).
     pub token: Option<u32>,
@@ -156,6 +171,9 @@ pub struct Step {
     pub piece: String,
     /// Set when this step ends the request.
     pub finish: Option<Finish>,
+    /// The sampled token's log-probability, when the request asked (not for an end-of-sequence
+    /// token, which is not part of the answer).
+    pub logprob: Option<crate::logprobs::TokenLogprob>,
 }
 
 /// One request's decoding state, independent of where its logits come from: sampling, EOS, the
@@ -172,6 +190,8 @@ pub struct Decoder {
     stop: Vec<String>,
     constraint: Option<Constraint>,
     keep_special: bool,
+    logprobs: Option<usize>,
+    temperature: f32,
 }
 
 impl Decoder {
@@ -188,6 +208,8 @@ impl Decoder {
             stop: req.stop.clone(),
             constraint: req.constraint.clone(),
             keep_special: req.keep_special,
+            logprobs: req.logprobs,
+            temperature: req.sampler.temperature,
         }
     }
 
@@ -222,6 +244,8 @@ impl Decoder {
         if self.out.len() >= self.max_tokens {
             return Ok(self.finish(None, Finish::Length));
         }
+        // The model's own distribution, before the grammar and the sampler change the row.
+        let raw = self.logprobs.map(|_| logits.to_vec());
         if let Some(c) = &mut self.constraint {
             c.mask(logits)?;
         }
@@ -229,6 +253,26 @@ impl Decoder {
         if model.spec.eos.contains(&next) {
             return Ok(self.finish(Some(next), Finish::Stop));
         }
+        let logprob = match (raw, self.logprobs) {
+            (Some(row), Some(k)) => {
+                let (lp, top) = crate::logprobs::log_softmax_at(&row, self.temperature, next, k);
+                let ids: Vec<u32> = std::iter::once(next)
+                    .chain(top.iter().map(|e| e.0))
+                    .collect();
+                let mut pieces = text.pieces(&ids).into_iter().map(Option::unwrap_or_default);
+                Some(crate::logprobs::TokenLogprob {
+                    id: next,
+                    piece: pieces.next().unwrap_or_default(),
+                    logprob: lp,
+                    top: top
+                        .into_iter()
+                        .zip(pieces)
+                        .map(|((id, l), p)| (id, p, l))
+                        .collect(),
+                })
+            }
+            _ => None,
+        };
         let complete = match &mut self.constraint {
             Some(c) => {
                 c.accept(next)?;
@@ -244,15 +288,24 @@ impl Decoder {
             text.decode(&self.out)?
         };
         if complete {
-            return Ok(self.finish(Some(next), Finish::Stop));
+            return Ok(Step {
+                logprob,
+                ..self.finish(Some(next), Finish::Stop)
+            });
         }
         let last = self.out.len() >= self.max_tokens || !room;
         if let Some(at) = stop_at(&self.full, &self.stop, last) {
             self.full.truncate(at);
-            return Ok(self.finish(Some(next), Finish::Stop));
+            return Ok(Step {
+                logprob,
+                ..self.finish(Some(next), Finish::Stop)
+            });
         }
         if last {
-            return Ok(self.finish(Some(next), Finish::Length));
+            return Ok(Step {
+                logprob,
+                ..self.finish(Some(next), Finish::Length)
+            });
         }
         if let Some(c) = &mut self.constraint {
             // The next mask now, while sequences are stepped in parallel.
@@ -267,6 +320,7 @@ impl Decoder {
         let piece = &self.full[self.emitted.min(safe)..safe];
         let mut step = Step {
             token: Some(next),
+            logprob,
             ..Step::default()
         };
         if !piece.is_empty() && !piece.ends_with('\u{FFFD}') {
@@ -287,6 +341,7 @@ impl Decoder {
             token,
             piece,
             finish: Some(finish),
+            logprob: None,
         }
     }
 }
@@ -329,7 +384,7 @@ pub fn generate(
 ) -> Result<Generation> {
     let ids = checked_prompt(model, text, req, session.capacity)?;
     session.truncate(0);
-    session.read_top(req.sampler.reads_top());
+    session.read_top(req.reads_top());
     let mut dec = Decoder::new(&ids, req);
     let t0 = Instant::now();
     let mut logits = model.forward(session, &ids, false)?;

@@ -17,6 +17,7 @@ mod head;
 mod host_check;
 pub mod kernels;
 pub mod kv;
+pub mod logprobs;
 pub mod model;
 pub mod npu;
 pub mod ops;

@@ -254,6 +254,7 @@ pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
         stop: a.sample.stop.clone(),
         constraint: None,
         keep_special: false,
+        logprobs: None,
     };
     let mut session = model.session(a.sample.ctx(&model)?);
     let stream = !g.json;
@@ -356,6 +357,7 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
             stop: a.sample.stop.clone(),
             constraint: None,
             keep_special: false,
+            logprobs: None,
         };
         let mut stdout = std::io::stdout();
         let out = generate(&model, &text, &mut session, &req, |piece| {
@@ -434,16 +436,23 @@ pub fn eval(g: &Global, a: EvalArgs) -> anyhow::Result<ExitCode> {
     let bos_per_chunk = a.file.is_some();
     let ev = onebit_runtime::generate::evaluate(&model, &ids, ctx, a.argmax_only, bos_per_chunk)?;
     let secs = t0.elapsed().as_secs_f64();
-    // For --ids, the first logits after the sequence, to compare numbers with other runtimes.
-    let logits_head: Vec<f32> = if a.ids.is_some() {
+    // For --ids, numbers to compare with other runtimes: the first logits after the sequence,
+    // each id's log-probability after the ones before it, and the most likely next token.
+    let (logits_head, token_logprobs, next) = if a.ids.is_some() {
         let mut s = model.session(ids.len());
-        model
-            .forward(&mut s, &ids, false)?
-            .into_iter()
-            .take(16)
-            .collect()
+        let rows = model.forward(&mut s, &ids, true)?;
+        let v = model.spec.vocab;
+        let lps: Vec<f32> = (1..ids.len())
+            .map(|i| {
+                onebit_runtime::logprobs::log_softmax_at(&rows[(i - 1) * v..i * v], 1.0, ids[i], 0)
+                    .0
+            })
+            .collect();
+        let last = &rows[(ids.len() - 1) * v..ids.len() * v];
+        let next = onebit_runtime::sample::argmax(last);
+        (last.iter().take(16).copied().collect(), lps, Some(next))
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new(), None)
     };
     println!(
         "{}",
@@ -453,6 +462,8 @@ pub fn eval(g: &Global, a: EvalArgs) -> anyhow::Result<ExitCode> {
             "perplexity": (!a.argmax_only).then(|| ev.perplexity()),
             "top1_next_token": ev.top1_hits as f64 / ev.scored.max(1) as f64,
             "argmax": ev.argmax, "seconds": secs, "logits_last_head": logits_head,
+            "token_logprobs": (!token_logprobs.is_empty()).then_some(token_logprobs),
+            "next_argmax": next,
             "tokens_per_s": (ids.len() / ctx.max(1) * ctx) as f64 / secs,
         })
     );

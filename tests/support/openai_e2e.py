@@ -86,6 +86,26 @@ props = json.load(urllib.request.urlopen(urllib.request.Request(
 assert props["verification"]["verified"] is True, props
 seen["kernel_path"] = props["kernel_path"]
 
+# Log-probabilities in the client's own types, whole and streamed.
+r = client.chat.completions.create(model=model, messages=msgs, max_tokens=6, temperature=0,
+                                   logprobs=True, top_logprobs=2)
+content = r.choices[0].logprobs.content
+assert len(content) == r.usage.completion_tokens or r.choices[0].finish_reason == "stop", r
+assert all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content), content
+assert "".join(t.token for t in content).startswith(r.choices[0].message.content[:1]), content
+streamed = []
+for chunk in client.chat.completions.create(model=model, messages=msgs, max_tokens=6,
+                                            temperature=0, logprobs=True, top_logprobs=2,
+                                            stream=True):
+    for ch in chunk.choices:
+        if ch.logprobs and ch.logprobs.content:
+            streamed.extend(ch.logprobs.content)
+assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in content]
+c = client.completions.create(model=model, prompt=question, max_tokens=4, temperature=0,
+                              logprobs=3)
+assert len(c.choices[0].logprobs.token_logprobs) == 4, c
+seen["logprobs"] = [round(t.logprob, 3) for t in content]
+
 # A wrong key is a 401 the client recognizes.
 bad = openai.OpenAI(base_url=base, api_key="not-the-key", max_retries=0)
 try:

@@ -33,6 +33,8 @@ pub struct Parsed {
     pub format: Option<crate::grammar::Spec>,
     /// The tools offered, when the model may call them.
     pub tools: Option<super::tools::ToolRequest>,
+    /// Log-probabilities of the answer's tokens with this many alternatives each (`None`: off).
+    pub logprobs: Option<usize>,
 }
 
 /// Parses a body as JSON, saying where it broke.
@@ -444,7 +446,29 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
         include_usage,
         format: super::structured::response_format(b)?,
         tools: None,
+        logprobs: None,
     })
+}
+
+/// Most alternatives reported per token (OpenAI's `top_logprobs` limit).
+const MAX_LOGPROBS: i64 = 20;
+
+/// Chat's `logprobs` (a boolean) and `top_logprobs` (0–20, only with `logprobs: true`).
+fn chat_logprobs(b: &serde_json::Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    let on = flag(b, "logprobs")?;
+    match int(b, "top_logprobs")? {
+        None => Ok(on.then_some(0)),
+        Some(n @ 0..=MAX_LOGPROBS) if on => Ok(Some(n as usize)),
+        Some(0) => Ok(None),
+        Some(n @ 0..=MAX_LOGPROBS) => Err(ApiError::bad(
+            "top_logprobs",
+            format!("'top_logprobs' = {n} needs 'logprobs': true"),
+        )),
+        Some(n) => Err(ApiError::bad(
+            "top_logprobs",
+            format!("'top_logprobs' must be between 0 and {MAX_LOGPROBS}, got {n}"),
+        )),
+    }
 }
 
 /// A `/v1/chat/completions` body.
@@ -524,8 +548,7 @@ pub fn chat(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
             name: text_of("name").filter(|_| role == "tool"),
         });
     }
-    unsupported(b, "logprobs", |v| v == &Value::Bool(false))?;
-    unsupported(b, "top_logprobs", |v| v.as_i64() == Some(0))?;
+    let logprobs = chat_logprobs(b)?;
     let tools = super::tools::tool_request(b)?;
     let prompt = match &tools {
         Some(t) => Prompt::ChatWithTools(out, t.raw.clone()),
@@ -533,6 +556,7 @@ pub fn chat(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
     };
     let mut parsed = common(b, prompt)?;
     parsed.tools = tools;
+    parsed.logprobs = logprobs;
     Ok(parsed)
 }
 
@@ -565,8 +589,18 @@ pub fn completion(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError
     };
     unsupported(b, "echo", |v| v == &Value::Bool(false))?;
     unsupported(b, "suffix", |v| v.as_str() == Some(""))?;
-    unsupported(b, "logprobs", |v| v.as_i64() == Some(0))?;
-    common(b, prompt)
+    let mut parsed = common(b, prompt)?;
+    parsed.logprobs = match int(b, "logprobs")? {
+        None => None,
+        Some(n @ 0..=MAX_LOGPROBS) => Some(n as usize),
+        Some(n) => {
+            return Err(ApiError::bad(
+                "logprobs",
+                format!("'logprobs' must be between 0 and {MAX_LOGPROBS}, got {n}"),
+            ));
+        }
+    };
+    Ok(parsed)
 }
 
 fn kind_of(v: &Value) -> String {

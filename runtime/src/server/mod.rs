@@ -13,6 +13,7 @@ mod error;
 #[cfg(test)]
 mod fuzz_tests;
 mod info;
+mod logprobs;
 pub mod metrics;
 mod prefix;
 mod reply;
@@ -331,6 +332,7 @@ impl Server {
             stop: parsed.stop.clone(),
             constraint: None,
             keep_special: calls.is_some(),
+            logprobs: parsed.logprobs,
         };
         let engine = ready.engine.clone();
         let grammar = tools::grammar_of(parsed.format.as_ref(), calls.as_ref());
@@ -410,6 +412,7 @@ impl Server {
             prompt_tokens,
             summary: None,
             calls: calls.map(|p| (p.format, p.tools)),
+            logprobs: parsed.logprobs.is_some(),
         };
         let mut resp = if parsed.stream {
             reply.stream(rx, &parsed)

@@ -12,6 +12,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::api::{self, ApiError, Parsed};
 use super::scheduler::{Event, Summary};
+use crate::logprobs::TokenLogprob;
 use crate::tools::{Call, Format, Tool, call_start, parse_calls};
 
 /// Which completion route a reply answers.
@@ -45,6 +46,8 @@ pub(super) struct Reply {
     pub summary: Option<Summary>,
     /// With tools: the format the answer's calls are read in, and the tools offered.
     pub calls: Option<(Format, Vec<Tool>)>,
+    /// Whether the client asked for log-probabilities.
+    pub logprobs: bool,
 }
 
 impl Drop for Reply {
@@ -126,6 +129,18 @@ impl Reply {
         self.choice(text, finish, true)
     }
 
+    /// Puts `entries` into `choice` in the route's shape (nothing when none were asked for);
+    /// `offset` is where their text starts in the answer.
+    fn with_logprobs(&self, mut choice: Value, entries: &[TokenLogprob], offset: usize) -> Value {
+        if self.logprobs {
+            choice["logprobs"] = match self.kind {
+                Kind::Chat => super::logprobs::chat(entries),
+                Kind::Text => super::logprobs::completion(entries, offset),
+            };
+        }
+        choice
+    }
+
     /// OpenAI's `tool_calls` entries for `calls` (with `index` in a stream).
     fn tool_calls(&self, calls: &[Call], streamed: bool) -> Value {
         Value::Array(
@@ -149,14 +164,16 @@ impl Reply {
 
     pub async fn whole(mut self, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
         let mut text = String::new();
+        let mut lps = Vec::new();
         loop {
             match rx.recv().await {
                 Some(Event::Text(t)) => text.push_str(&t),
+                Some(Event::Logprob(l)) => lps.push(l),
                 Some(Event::Done(s)) => {
                     self.summary = Some(s);
                     let finish = Some(api::finish_reason(s.finish));
                     let usage = api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
-                    let mut choice = self.choice(&text, finish, false);
+                    let mut choice = self.with_logprobs(self.choice(&text, finish, false), &lps, 0);
                     if let Some((format, tools)) = &self.calls {
                         let out = parse_calls(*format, &text, tools);
                         if !out.calls.is_empty() {
@@ -217,14 +234,15 @@ impl Reply {
             std::collections::VecDeque::from(first),
             false,
             Held::default(),
+            Pending::default(),
         );
         let events = futures::stream::unfold(
             state,
-            move |(mut reply, mut rx, mut pending, mut ended, mut held)| async move {
+            move |(mut reply, mut rx, mut pending, mut ended, mut held, mut lps)| async move {
                 loop {
                     if let Some(data) = pending.pop_front() {
                         let ev = SseEvent::default().data(data);
-                        let state = (reply, rx, pending, ended, held);
+                        let state = (reply, rx, pending, ended, held, lps);
                         return Some((Ok::<_, Infallible>(ev), state));
                     }
                     if ended {
@@ -237,10 +255,13 @@ impl Reply {
                                 None => t,
                             };
                             if !out.is_empty() {
-                                let c = reply.chunk(reply.delta(&out, None), None);
-                                pending.push_back(c.to_string());
+                                let (entries, offset) = lps.take();
+                                let d =
+                                    reply.with_logprobs(reply.delta(&out, None), &entries, offset);
+                                pending.push_back(reply.chunk(d, None).to_string());
                             }
                         }
+                        Some(Event::Logprob(l)) => lps.push(l),
                         Some(Event::Done(s)) => {
                             reply.summary = Some(s);
                             let usage =
@@ -262,7 +283,14 @@ impl Reply {
                                     pending.push_back(reply.chunk(choice, None).to_string());
                                 }
                             }
-                            let last = reply.chunk(reply.delta("", Some(fin)), Some(usage.clone()));
+                            let (entries, offset) = lps.take();
+                            let d = reply.delta("", Some(fin));
+                            let d = if entries.is_empty() {
+                                d
+                            } else {
+                                reply.with_logprobs(d, &entries, offset)
+                            };
+                            let last = reply.chunk(d, Some(usage.clone()));
                             pending.push_back(last.to_string());
                             if include_usage {
                                 pending
@@ -292,6 +320,26 @@ impl Reply {
         Sse::new(events)
             .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
             .into_response()
+    }
+}
+
+/// Log-probabilities of a stream not sent yet, and the answer's bytes they follow.
+#[derive(Default)]
+struct Pending {
+    entries: Vec<TokenLogprob>,
+    sent_bytes: usize,
+}
+
+impl Pending {
+    fn push(&mut self, l: TokenLogprob) {
+        self.entries.push(l);
+    }
+
+    /// The entries to send with the next chunk, and where their text starts.
+    fn take(&mut self) -> (Vec<TokenLogprob>, usize) {
+        let at = self.sent_bytes;
+        self.sent_bytes += self.entries.iter().map(|e| e.piece.len()).sum::<usize>();
+        (std::mem::take(&mut self.entries), at)
     }
 }
 

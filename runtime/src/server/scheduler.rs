@@ -70,6 +70,8 @@ pub struct Limits {
 pub enum Event {
     /// Final text, in order.
     Text(String),
+    /// A generated token's log-probability (requests that ask), sent before the text it adds.
+    Logprob(crate::logprobs::TokenLogprob),
     /// The end, with the counts.
     Done(Summary),
     /// The model failed on this request.
@@ -200,7 +202,7 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
                 m.prefix_hits.inc();
                 m.prefix_tokens.inc_by(reused as u64);
             }
-            session.read_top(job.req.sampler.reads_top());
+            session.read_top(job.req.reads_top());
             let dec = Decoder::new(&job.ids, &job.req);
             active.push(Seq {
                 job,
@@ -488,6 +490,9 @@ fn iterate(
         s.last = now;
         if st.token.is_some() {
             m.completion_tokens.inc();
+        }
+        if let Some(lp) = st.logprob {
+            let _ = s.job.events.send(Event::Logprob(lp));
         }
         if !st.piece.is_empty() {
             let _ = s.job.events.send(Event::Text(st.piece));

@@ -147,6 +147,7 @@ fn draw_request(rng: &mut Rng, batch: usize, earlier: &[Vec<u32>]) -> Drawn {
             stop: Vec::new(),
             constraint: None,
             keep_special: false,
+            logprobs: None,
         },
         client,
     }
@@ -225,6 +226,9 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
                             Event::Done(s) => {
                                 seen.done = Some((s.prompt_tokens, s.completion_tokens, s.finish));
                                 return seen;
+                            }
+                            Event::Logprob(l) => {
+                                panic!("log-probabilities nobody asked for: {l:?}")
                             }
                             Event::Failed(e) | Event::NoRoom(e) => panic!("request failed: {e}"),
                         }
@@ -339,6 +343,7 @@ fn a_panic_in_the_model_fails_the_batch_is_counted_and_the_server_goes_on() {
                 stop: Vec::new(),
                 constraint: None,
                 keep_special: false,
+                logprobs: None,
             },
             events: tx,
             arrived: Instant::now(),

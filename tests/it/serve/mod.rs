@@ -14,6 +14,7 @@ use crate::support;
 
 mod batching;
 mod clients;
+mod logprobs;
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
