@@ -16,8 +16,8 @@ pub enum Prompt {
     Text(String),
     /// Messages through the chat template.
     Chat(Vec<Message>),
-    /// Messages through the chat template, with these tools (OpenAI's `tools` entries).
-    ChatWithTools(Vec<Message>, Vec<serde_json::Value>),
+    /// Messages through the chat template, with tools and template variables.
+    ChatWith(Vec<Message>, crate::text::ChatExtras),
     /// Token ids as given (no BOS added).
     Tokens(Vec<u32>),
 }
@@ -119,7 +119,7 @@ pub fn prompt_ids(model: &Model, text: &Text, p: &Prompt) -> Result<Vec<u32>> {
             Ok(ids)
         }
         Prompt::Chat(m) => text.encode_chat(m),
-        Prompt::ChatWithTools(m, tools) => text.encode_chat_with(m, tools),
+        Prompt::ChatWith(m, extras) => text.encode_chat_with(m, extras),
         Prompt::Tokens(ids) => match ids.iter().find(|&&t| t as usize >= model.spec.vocab) {
             Some(t) => Err(Error::Request {
                 field: "prompt",

@@ -179,19 +179,15 @@ impl Text {
     /// That is how `tokenizers` itself reads a text: it cuts at special tokens and normalizes
     /// and pre-tokenizes each piece on its own.
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
-        self.encode_chat_with(messages, &[])
+        self.encode_chat_with(messages, &ChatExtras::default())
     }
 
-    /// [`Text::encode_chat`] with `tools` (OpenAI's `tools` entries) rendered by the template, as
-    /// transformers' `apply_chat_template(tools=…)` renders them.
-    pub fn encode_chat_with(
-        &self,
-        messages: &[Message],
-        tools: &[serde_json::Value],
-    ) -> Result<Vec<u32>> {
+    /// [`Text::encode_chat`] with `extras`: tools (OpenAI's `tools` entries) and variables for the
+    /// template, as transformers' `apply_chat_template(tools=…, **kwargs)` renders them.
+    pub fn encode_chat_with(&self, messages: &[Message], extras: &ChatExtras) -> Result<Vec<u32>> {
         let finder = match &self.finder {
             Some(f) if !self.parse_special && messages.iter().any(|m| f.is_match(&m.content)) => f,
-            _ => return self.encode(&self.render_chat_with(messages, tools)?, false),
+            _ => return self.encode(&self.render_chat_with(messages, extras)?, false),
         };
         let n = self.specials.len() as u32;
         let used = |lo: u32| {
@@ -228,7 +224,7 @@ impl Text {
                 }
             })
             .collect();
-        let rendered = self.render_chat_with(&defanged, tools)?;
+        let rendered = self.render_chat_with(&defanged, extras)?;
         let restore = |piece: &str| -> String {
             let mut out = String::with_capacity(piece.len());
             for c in piece.chars() {
@@ -257,7 +253,7 @@ impl Text {
 
     /// Renders the chat template over `messages`, ending with the assistant's turn prompt.
     pub fn render_chat(&self, messages: &[Message]) -> Result<String> {
-        self.render_chat_with(messages, &[])
+        self.render_chat_with(messages, &ChatExtras::default())
     }
 
     /// The chat template's text, if any.
@@ -265,12 +261,10 @@ impl Text {
         self.template.as_deref()
     }
 
-    /// [`Text::render_chat`] with `tools` (none: the template sees `tools` undefined).
-    pub fn render_chat_with(
-        &self,
-        messages: &[Message],
-        tools: &[serde_json::Value],
-    ) -> Result<String> {
+    /// [`Text::render_chat`] with `extras` (no tools: the template sees `tools` undefined; each
+    /// of `kwargs` is a variable of the template, below the ones set here).
+    pub fn render_chat_with(&self, messages: &[Message], extras: &ChatExtras) -> Result<String> {
+        let tools = &extras.tools;
         let t = self.template.as_deref().ok_or_else(|| {
             Error::Text("this pack has no chat template; use a plain prompt".into())
         })?;
@@ -303,9 +297,19 @@ impl Text {
             add_generation_prompt => true,
             bos_token => self.bos.clone().unwrap_or_default(),
             eos_token => self.eos.clone().unwrap_or_default(),
+            ..minijinja::Value::from(minijinja::value::Serde(&extras.kwargs))
         })
         .map_err(|e| Error::Text(format!("chat template: {e}")))
     }
+}
+
+/// What a chat render takes beside its messages.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChatExtras {
+    /// OpenAI's `tools` entries, for templates that render them.
+    pub tools: Vec<serde_json::Value>,
+    /// Variables for the template (`chat_template_kwargs`, e.g. `enable_thinking`).
+    pub kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 #[cfg(test)]

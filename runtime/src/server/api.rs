@@ -10,7 +10,7 @@ pub use super::error::ApiError;
 
 use crate::generate::{Finish, Prompt};
 use crate::sample::SamplerConfig;
-use crate::text::Message;
+use crate::text::{ChatExtras, Message};
 
 /// A validated completion request, chat or plain.
 #[derive(Debug, Clone)]
@@ -35,6 +35,8 @@ pub struct Parsed {
     pub tools: Option<super::tools::ToolRequest>,
     /// Log-probabilities of the answer's tokens with this many alternatives each (`None`: off).
     pub logprobs: Option<usize>,
+    /// `reasoning_effort`, applied where the template has a switch for it.
+    pub reasoning_effort: Option<String>,
 }
 
 /// Parses a body as JSON, saying where it broke.
@@ -164,6 +166,8 @@ pub(super) const CHAT_FIELDS: &[&str] = &[
     "parallel_tool_calls",
     "logprobs",
     "top_logprobs",
+    "chat_template_kwargs",
+    "reasoning_effort",
 ];
 
 /// Fields only `/v1/completions` reads.
@@ -447,7 +451,52 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
         format: super::structured::response_format(b)?,
         tools: None,
         logprobs: None,
+        reasoning_effort: None,
     })
+}
+
+/// The values of `reasoning_effort` (OpenAI's, and `none`).
+pub const REASONING_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high"];
+
+/// Puts `reasoning_effort` into a chat's template variables where the template has a switch
+/// for it: a template that reads `reasoning_effort` gets it as is; one that reads
+/// `enable_thinking` (Qwen3, Hunyuan) thinks unless the effort is `none` or `minimal`. A template
+/// with neither, or a prompt that is not a chat, is refused by name: the effort would be ignored.
+pub fn apply_reasoning_effort(
+    prompt: &mut Prompt,
+    template: Option<&str>,
+    effort: &str,
+) -> Result<(), ApiError> {
+    let t = template.unwrap_or_default();
+    let (key, value) = if t.contains("reasoning_effort") {
+        ("reasoning_effort", json!(effort))
+    } else if t.contains("enable_thinking") {
+        (
+            "enable_thinking",
+            json!(!matches!(effort, "none" | "minimal")),
+        )
+    } else {
+        return Err(ApiError::bad(
+            "reasoning_effort",
+            "this model's chat template has no switch for reasoning (neither 'reasoning_effort' nor 'enable_thinking')",
+        ));
+    };
+    let msgs = match std::mem::replace(prompt, Prompt::Tokens(Vec::new())) {
+        Prompt::Chat(m) => (m, ChatExtras::default()),
+        Prompt::ChatWith(m, e) => (m, e),
+        other => {
+            *prompt = other;
+            return Err(ApiError::bad(
+                "reasoning_effort",
+                "only a chat has a template",
+            ));
+        }
+    };
+    let (m, mut extras) = msgs;
+    // A variable the client set itself wins.
+    extras.kwargs.entry(key).or_insert(value);
+    *prompt = Prompt::ChatWith(m, extras);
+    Ok(())
 }
 
 /// Most alternatives reported per token (OpenAI's `top_logprobs` limit).
@@ -550,13 +599,43 @@ pub fn chat(b: &serde_json::Map<String, Value>) -> Result<Parsed, ApiError> {
     }
     let logprobs = chat_logprobs(b)?;
     let tools = super::tools::tool_request(b)?;
-    let prompt = match &tools {
-        Some(t) => Prompt::ChatWithTools(out, t.raw.clone()),
-        None => Prompt::Chat(out),
+    let kwargs = match b.get("chat_template_kwargs") {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(v) => {
+            return Err(ApiError::bad(
+                "chat_template_kwargs",
+                format!("'chat_template_kwargs' must be an object of template variables, got {v}"),
+            ));
+        }
+    };
+    let reasoning_effort = match b.get("reasoning_effort") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(e)) if REASONING_EFFORTS.contains(&e.as_str()) => Some(e.clone()),
+        Some(v) => {
+            return Err(ApiError::bad(
+                "reasoning_effort",
+                format!(
+                    "'reasoning_effort' must be one of {}, got {v}",
+                    REASONING_EFFORTS.join(", ")
+                ),
+            ));
+        }
+    };
+    let prompt = match (&tools, kwargs.is_empty()) {
+        (None, true) => Prompt::Chat(out),
+        _ => Prompt::ChatWith(
+            out,
+            ChatExtras {
+                tools: tools.as_ref().map(|t| t.raw.clone()).unwrap_or_default(),
+                kwargs,
+            },
+        ),
     };
     let mut parsed = common(b, prompt)?;
     parsed.tools = tools;
     parsed.logprobs = logprobs;
+    parsed.reasoning_effort = reasoning_effort;
     Ok(parsed)
 }
 

@@ -263,10 +263,10 @@ fn a_tool_conversation_parses_for_the_template() {
           "tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"}"#,
     );
     let p = chat(&b).expect("parses");
-    let Prompt::ChatWithTools(m, tools) = &p.prompt else {
+    let Prompt::ChatWith(m, extras) = &p.prompt else {
         panic!("tools are rendered: {:?}", p.prompt);
     };
-    assert_eq!(tools.len(), 1);
+    assert_eq!(extras.tools.len(), 1);
     assert_eq!(
         m[1].tool_calls
             .as_ref()
@@ -279,4 +279,46 @@ fn a_tool_conversation_parses_for_the_template() {
     );
     let t = p.tools.expect("tools");
     assert_eq!(t.choice, super::super::tools::Choice::None);
+}
+
+#[test]
+fn template_variables_and_reasoning_effort_reach_the_template_or_are_refused() {
+    let b = body(
+        r#"{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":false}}"#,
+    );
+    let p = chat(&b).expect("kwargs");
+    let Prompt::ChatWith(_, e) = &p.prompt else {
+        panic!("{:?}", p.prompt)
+    };
+    assert_eq!(e.kwargs["enable_thinking"], json!(false));
+    let b = body(r#"{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"none"}"#);
+    let mut p = chat(&b).expect("effort");
+    apply_reasoning_effort(&mut p.prompt, Some("{% if enable_thinking %}"), "none")
+        .expect("switch");
+    let Prompt::ChatWith(_, e) = &p.prompt else {
+        panic!("{:?}", p.prompt)
+    };
+    assert_eq!(e.kwargs["enable_thinking"], json!(false));
+    let mut p = chat(&b).expect("effort");
+    apply_reasoning_effort(&mut p.prompt, Some("{{ reasoning_effort }}"), "low").expect("as is");
+    let Prompt::ChatWith(_, e) = &p.prompt else {
+        panic!("{:?}", p.prompt)
+    };
+    assert_eq!(e.kwargs["reasoning_effort"], json!("low"));
+    let e = apply_reasoning_effort(&mut p.prompt, Some("{{ messages }}"), "low")
+        .expect_err("no switch");
+    assert_eq!(e.param.as_deref(), Some("reasoning_effort"));
+    for (s, param) in [
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"max"}"#,
+            "reasoning_effort",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[1]}"#,
+            "chat_template_kwargs",
+        ),
+    ] {
+        let e = chat(&body(s)).expect_err(s);
+        assert_eq!(e.param.as_deref(), Some(param));
+    }
 }

@@ -319,6 +319,10 @@ impl Server {
             });
         }
         api::check_logit_bias(&parsed.sampler, ready.engine.model.spec.vocab)?;
+        let mut parsed = parsed;
+        if let Some(effort) = parsed.reasoning_effort.clone() {
+            api::apply_reasoning_effort(&mut parsed.prompt, ready.engine.text.template(), &effort)?;
+        }
         let ctx = ready.limits.ctx;
         let calls = tools::tool_plan(
             &ready.engine.text,

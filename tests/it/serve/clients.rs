@@ -174,3 +174,30 @@ fn lenient_answers_with_a_warning_and_cors_answers_only_its_origins() {
         "{headers}"
     );
 }
+
+#[test]
+fn template_variables_reach_the_chat_template() {
+    let s = super::serve_template(
+        "{% for m in messages %}{{ m['content'] }}\n{% endfor %}\
+         {% if enable_thinking is defined and not enable_thinking %}the cat sat on the mat\n{% endif %}",
+        &[],
+    );
+    let ask = |extra: Value| {
+        let mut b = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1});
+        if let (Some(o), Value::Object(e)) = (b.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        post(&s, "/v1/chat/completions", &b)["usage"]["prompt_tokens"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let plain = ask(json!({}));
+    let off = ask(json!({"chat_template_kwargs": {"enable_thinking": false}}));
+    let effort = ask(json!({"reasoning_effort": "none"}));
+    assert!(off > plain + 4, "{plain} → {off}");
+    assert_eq!(
+        effort, off,
+        "reasoning_effort none is enable_thinking false"
+    );
+    assert_eq!(ask(json!({"reasoning_effort": "high"})), plain);
+}
