@@ -7,6 +7,10 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 pub use super::error::ApiError;
+use super::fields::{MAX_LOGPROBS, chat_logprobs, logit_bias};
+pub use super::fields::{
+    REASONING_EFFORTS, apply_reasoning_effort, check_logit_bias, drop_unknown,
+};
 
 use crate::generate::{Finish, Prompt};
 use crate::sample::SamplerConfig;
@@ -68,7 +72,7 @@ fn num(b: &serde_json::Map<String, Value>, f: &str) -> Result<Option<f64>, ApiEr
     }
 }
 
-fn int(b: &serde_json::Map<String, Value>, f: &str) -> Result<Option<i64>, ApiError> {
+pub(super) fn int(b: &serde_json::Map<String, Value>, f: &str) -> Result<Option<i64>, ApiError> {
     match b.get(f) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
@@ -106,7 +110,7 @@ fn seed_of(b: &serde_json::Map<String, Value>) -> Result<Option<u64>, ApiError> 
     }
 }
 
-fn flag(b: &serde_json::Map<String, Value>, f: &str) -> Result<bool, ApiError> {
+pub(super) fn flag(b: &serde_json::Map<String, Value>, f: &str) -> Result<bool, ApiError> {
     match b.get(f) {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(x)) => Ok(*x),
@@ -188,73 +192,6 @@ fn known_fields(b: &serde_json::Map<String, Value>, route: &[&str]) -> Result<()
         )),
         None => Ok(()),
     }
-}
-
-/// `logit_bias`: an object from token ids (as strings, OpenAI's shape) to a bias in [-100, 100].
-/// Whether each id is inside the vocabulary is checked where the model is known
-/// ([`check_logit_bias`]).
-fn logit_bias(b: &serde_json::Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
-    let m = match b.get("logit_bias") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Object(m)) => m,
-        Some(v) => {
-            return Err(ApiError::bad(
-                "logit_bias",
-                format!("'logit_bias' must be an object from token ids to biases, got {v}"),
-            ));
-        }
-    };
-    let mut out: Vec<(u32, f32)> = Vec::with_capacity(m.len());
-    for (k, v) in m {
-        let field = format!("logit_bias.{k}");
-        let id: u32 = k.trim().parse().map_err(|_| {
-            ApiError::bad(
-                field.clone(),
-                format!("'{k}' is not a token id (a non-negative integer in a string)"),
-            )
-        })?;
-        let bias = match v.as_f64() {
-            Some(x) if (-100.0..=100.0).contains(&x) => x as f32,
-            _ => {
-                return Err(ApiError::bad(
-                    field,
-                    format!("a bias must be a number between -100 and 100, got {v}"),
-                ));
-            }
-        };
-        if out.iter().any(|&(t, _)| t == id) {
-            return Err(ApiError::bad(field, format!("token {id} is named twice")));
-        }
-        out.push((id, bias));
-    }
-    out.sort_unstable_by_key(|&(t, _)| t);
-    Ok(out)
-}
-
-/// Refuses a `logit_bias` naming a token outside a vocabulary of `vocab` tokens.
-pub fn check_logit_bias(s: &SamplerConfig, vocab: usize) -> Result<(), ApiError> {
-    match s.logit_bias.iter().find(|&&(t, _)| t as usize >= vocab) {
-        Some(&(t, _)) => Err(ApiError::bad(
-            format!("logit_bias.{t}"),
-            format!("token id {t} is outside the {vocab}-token vocabulary"),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// Removes the fields neither `route` nor the common list names, and returns their names, for
-/// `serve --lenient`: clients that send fields this server does not read get an answer and a
-/// `Warning` header naming what was ignored, instead of a 400.
-pub fn drop_unknown(b: &mut serde_json::Map<String, Value>, route: &[&str]) -> Vec<String> {
-    let unknown: Vec<String> = b
-        .keys()
-        .filter(|k| !COMMON_FIELDS.contains(&k.as_str()) && !route.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for k in &unknown {
-        b.remove(k);
-    }
-    unknown
 }
 
 /// The fields chat and plain completions share.
@@ -453,71 +390,6 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
         logprobs: None,
         reasoning_effort: None,
     })
-}
-
-/// The values of `reasoning_effort` (OpenAI's, and `none`).
-pub const REASONING_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high"];
-
-/// Puts `reasoning_effort` into a chat's template variables where the template has a switch
-/// for it: a template that reads `reasoning_effort` gets it as is; one that reads
-/// `enable_thinking` (Qwen3, Hunyuan) thinks unless the effort is `none` or `minimal`. A template
-/// with neither, or a prompt that is not a chat, is refused by name: the effort would be ignored.
-pub fn apply_reasoning_effort(
-    prompt: &mut Prompt,
-    template: Option<&str>,
-    effort: &str,
-) -> Result<(), ApiError> {
-    let t = template.unwrap_or_default();
-    let (key, value) = if t.contains("reasoning_effort") {
-        ("reasoning_effort", json!(effort))
-    } else if t.contains("enable_thinking") {
-        (
-            "enable_thinking",
-            json!(!matches!(effort, "none" | "minimal")),
-        )
-    } else {
-        return Err(ApiError::bad(
-            "reasoning_effort",
-            "this model's chat template has no switch for reasoning (neither 'reasoning_effort' nor 'enable_thinking')",
-        ));
-    };
-    let msgs = match std::mem::replace(prompt, Prompt::Tokens(Vec::new())) {
-        Prompt::Chat(m) => (m, ChatExtras::default()),
-        Prompt::ChatWith(m, e) => (m, e),
-        other => {
-            *prompt = other;
-            return Err(ApiError::bad(
-                "reasoning_effort",
-                "only a chat has a template",
-            ));
-        }
-    };
-    let (m, mut extras) = msgs;
-    // A variable the client set itself wins.
-    extras.kwargs.entry(key).or_insert(value);
-    *prompt = Prompt::ChatWith(m, extras);
-    Ok(())
-}
-
-/// Most alternatives reported per token (OpenAI's `top_logprobs` limit).
-const MAX_LOGPROBS: i64 = 20;
-
-/// Chat's `logprobs` (a boolean) and `top_logprobs` (0–20, only with `logprobs: true`).
-fn chat_logprobs(b: &serde_json::Map<String, Value>) -> Result<Option<usize>, ApiError> {
-    let on = flag(b, "logprobs")?;
-    match int(b, "top_logprobs")? {
-        None => Ok(on.then_some(0)),
-        Some(n @ 0..=MAX_LOGPROBS) if on => Ok(Some(n as usize)),
-        Some(0) => Ok(None),
-        Some(n @ 0..=MAX_LOGPROBS) => Err(ApiError::bad(
-            "top_logprobs",
-            format!("'top_logprobs' = {n} needs 'logprobs': true"),
-        )),
-        Some(n) => Err(ApiError::bad(
-            "top_logprobs",
-            format!("'top_logprobs' must be between 0 and {MAX_LOGPROBS}, got {n}"),
-        )),
-    }
 }
 
 /// A `/v1/chat/completions` body.

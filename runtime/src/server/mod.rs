@@ -10,6 +10,7 @@ pub mod api;
 mod body;
 mod cors;
 mod error;
+mod fields;
 #[cfg(test)]
 mod fuzz_tests;
 mod info;

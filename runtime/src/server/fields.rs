@@ -1,0 +1,141 @@
+//! The sampling and chat fields beyond the basics, read for [`super::api`]: `logit_bias`,
+//! log-probability counts, `reasoning_effort`, and `--lenient`'s dropping of unknown fields.
+
+use serde_json::{Value, json};
+
+use super::api::{ApiError, COMMON_FIELDS, flag, int};
+use crate::generate::Prompt;
+use crate::sample::SamplerConfig;
+use crate::text::ChatExtras;
+
+/// `logit_bias`: an object from token ids (as strings, OpenAI's shape) to a bias in [-100, 100].
+/// Whether each id is inside the vocabulary is checked where the model is known
+/// ([`check_logit_bias`]).
+pub(super) fn logit_bias(b: &serde_json::Map<String, Value>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let m = match b.get("logit_bias") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(v) => {
+            return Err(ApiError::bad(
+                "logit_bias",
+                format!("'logit_bias' must be an object from token ids to biases, got {v}"),
+            ));
+        }
+    };
+    let mut out: Vec<(u32, f32)> = Vec::with_capacity(m.len());
+    for (k, v) in m {
+        let field = format!("logit_bias.{k}");
+        let id: u32 = k.trim().parse().map_err(|_| {
+            ApiError::bad(
+                field.clone(),
+                format!("'{k}' is not a token id (a non-negative integer in a string)"),
+            )
+        })?;
+        let bias = match v.as_f64() {
+            Some(x) if (-100.0..=100.0).contains(&x) => x as f32,
+            _ => {
+                return Err(ApiError::bad(
+                    field,
+                    format!("a bias must be a number between -100 and 100, got {v}"),
+                ));
+            }
+        };
+        if out.iter().any(|&(t, _)| t == id) {
+            return Err(ApiError::bad(field, format!("token {id} is named twice")));
+        }
+        out.push((id, bias));
+    }
+    out.sort_unstable_by_key(|&(t, _)| t);
+    Ok(out)
+}
+
+/// Refuses a `logit_bias` naming a token outside a vocabulary of `vocab` tokens.
+pub fn check_logit_bias(s: &SamplerConfig, vocab: usize) -> Result<(), ApiError> {
+    match s.logit_bias.iter().find(|&&(t, _)| t as usize >= vocab) {
+        Some(&(t, _)) => Err(ApiError::bad(
+            format!("logit_bias.{t}"),
+            format!("token id {t} is outside the {vocab}-token vocabulary"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Removes the fields neither `route` nor the common list names, and returns their names, for
+/// `serve --lenient`: clients that send fields this server does not read get an answer and a
+/// `Warning` header naming what was ignored, instead of a 400.
+pub fn drop_unknown(b: &mut serde_json::Map<String, Value>, route: &[&str]) -> Vec<String> {
+    let unknown: Vec<String> = b
+        .keys()
+        .filter(|k| !COMMON_FIELDS.contains(&k.as_str()) && !route.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    for k in &unknown {
+        b.remove(k);
+    }
+    unknown
+}
+
+/// The values of `reasoning_effort` (OpenAI's, and `none`).
+pub const REASONING_EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high"];
+
+/// Puts `reasoning_effort` into a chat's template variables where the template has a switch
+/// for it: a template that reads `reasoning_effort` gets it as is; one that reads
+/// `enable_thinking` (Qwen3, Hunyuan) thinks unless the effort is `none` or `minimal`. A template
+/// with neither, or a prompt that is not a chat, is refused by name: the effort would be ignored.
+pub fn apply_reasoning_effort(
+    prompt: &mut Prompt,
+    template: Option<&str>,
+    effort: &str,
+) -> Result<(), ApiError> {
+    let t = template.unwrap_or_default();
+    let (key, value) = if t.contains("reasoning_effort") {
+        ("reasoning_effort", json!(effort))
+    } else if t.contains("enable_thinking") {
+        (
+            "enable_thinking",
+            json!(!matches!(effort, "none" | "minimal")),
+        )
+    } else {
+        return Err(ApiError::bad(
+            "reasoning_effort",
+            "this model's chat template has no switch for reasoning (neither 'reasoning_effort' nor 'enable_thinking')",
+        ));
+    };
+    let msgs = match std::mem::replace(prompt, Prompt::Tokens(Vec::new())) {
+        Prompt::Chat(m) => (m, ChatExtras::default()),
+        Prompt::ChatWith(m, e) => (m, e),
+        other => {
+            *prompt = other;
+            return Err(ApiError::bad(
+                "reasoning_effort",
+                "only a chat has a template",
+            ));
+        }
+    };
+    let (m, mut extras) = msgs;
+    // A variable the client set itself wins.
+    extras.kwargs.entry(key).or_insert(value);
+    *prompt = Prompt::ChatWith(m, extras);
+    Ok(())
+}
+
+/// Most alternatives reported per token (OpenAI's `top_logprobs` limit).
+pub(super) const MAX_LOGPROBS: i64 = 20;
+
+/// Chat's `logprobs` (a boolean) and `top_logprobs` (0–20, only with `logprobs: true`).
+pub(super) fn chat_logprobs(b: &serde_json::Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    let on = flag(b, "logprobs")?;
+    match int(b, "top_logprobs")? {
+        None => Ok(on.then_some(0)),
+        Some(n @ 0..=MAX_LOGPROBS) if on => Ok(Some(n as usize)),
+        Some(0) => Ok(None),
+        Some(n @ 0..=MAX_LOGPROBS) => Err(ApiError::bad(
+            "top_logprobs",
+            format!("'top_logprobs' = {n} needs 'logprobs': true"),
+        )),
+        Some(n) => Err(ApiError::bad(
+            "top_logprobs",
+            format!("'top_logprobs' must be between 0 and {MAX_LOGPROBS}, got {n}"),
+        )),
+    }
+}
