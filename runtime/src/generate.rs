@@ -259,7 +259,10 @@ impl Decoder {
                 let ids: Vec<u32> = std::iter::once(next)
                     .chain(top.iter().map(|e| e.0))
                     .collect();
-                let mut pieces = text.pieces(&ids).into_iter().map(Option::unwrap_or_default);
+                let mut pieces = text
+                    .with_tokenizer(|t| crate::grammar::token_pieces(t, &ids))
+                    .into_iter()
+                    .map(Option::unwrap_or_default);
                 Some(crate::logprobs::TokenLogprob {
                     id: next,
                     piece: pieces.next().unwrap_or_default(),

@@ -138,12 +138,6 @@ impl Text {
         self.encode_as(text, false, parse_special)
     }
 
-    /// The bytes each token stands for (`None`: the tokenizer has no such id). A piece may be
-    /// part of a UTF-8 character: byte tokens are single bytes.
-    pub fn pieces(&self, ids: &[u32]) -> Vec<Option<Vec<u8>>> {
-        crate::grammar::token_pieces(&self.tokenizer(), ids)
-    }
-
     fn encode_as(&self, text: &str, special: bool, parse_special: bool) -> Result<Vec<u32>> {
         let mut tok = self.tokenizer();
         tok.set_encode_special_tokens(!parse_special);

@@ -8,9 +8,8 @@ use serde_json::{Value, json};
 
 pub use super::error::ApiError;
 use super::fields::{MAX_LOGPROBS, chat_logprobs, logit_bias};
-pub use super::fields::{
-    REASONING_EFFORTS, apply_reasoning_effort, check_logit_bias, drop_unknown,
-};
+pub use super::fields::{REASONING_EFFORTS, apply_reasoning_effort, check_logit_bias};
+use super::values::{flag, int};
 
 use crate::generate::{Finish, Prompt};
 use crate::sample::SamplerConfig;
@@ -72,24 +71,6 @@ fn num(b: &serde_json::Map<String, Value>, f: &str) -> Result<Option<f64>, ApiEr
     }
 }
 
-pub(super) fn int(b: &serde_json::Map<String, Value>, f: &str) -> Result<Option<i64>, ApiError> {
-    match b.get(f) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Ok(Some(i)),
-            (None, Some(u)) => Ok(Some(i64::try_from(u).unwrap_or(i64::MAX))),
-            _ => Err(ApiError::bad(
-                f,
-                format!("'{f}' must be an integer, got {n}"),
-            )),
-        },
-        Some(v) => Err(ApiError::bad(
-            f,
-            format!("'{f}' must be an integer, got {v}"),
-        )),
-    }
-}
-
 /// `seed` as the full 64 bits it names: a negative seed is its two's complement, and seeds of
 /// 2^63 and more keep their value (clamping them would give every such seed the same text).
 fn seed_of(b: &serde_json::Map<String, Value>) -> Result<Option<u64>, ApiError> {
@@ -106,17 +87,6 @@ fn seed_of(b: &serde_json::Map<String, Value>) -> Result<Option<u64>, ApiError> 
         Some(v) => Err(ApiError::bad(
             "seed",
             format!("'seed' must be an integer, got {v}"),
-        )),
-    }
-}
-
-pub(super) fn flag(b: &serde_json::Map<String, Value>, f: &str) -> Result<bool, ApiError> {
-    match b.get(f) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(x)) => Ok(*x),
-        Some(v) => Err(ApiError::bad(
-            f,
-            format!("'{f}' must be a boolean, got {v}"),
         )),
     }
 }
@@ -192,6 +162,21 @@ fn known_fields(b: &serde_json::Map<String, Value>, route: &[&str]) -> Result<()
         )),
         None => Ok(()),
     }
+}
+
+/// Removes the fields neither `route` nor the common list names, and returns their names, for
+/// `serve --lenient`: clients that send fields this server does not read get an answer and a
+/// `Warning` header naming what was ignored, instead of a 400.
+pub fn drop_unknown(b: &mut serde_json::Map<String, Value>, route: &[&str]) -> Vec<String> {
+    let unknown: Vec<String> = b
+        .keys()
+        .filter(|k| !COMMON_FIELDS.contains(&k.as_str()) && !route.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    for k in &unknown {
+        b.remove(k);
+    }
+    unknown
 }
 
 /// The fields chat and plain completions share.

@@ -3,7 +3,8 @@
 
 use serde_json::{Value, json};
 
-use super::api::{ApiError, COMMON_FIELDS, flag, int};
+use super::error::ApiError;
+use super::values::{flag, int};
 use crate::generate::Prompt;
 use crate::sample::SamplerConfig;
 use crate::text::ChatExtras;
@@ -58,21 +59,6 @@ pub fn check_logit_bias(s: &SamplerConfig, vocab: usize) -> Result<(), ApiError>
         )),
         None => Ok(()),
     }
-}
-
-/// Removes the fields neither `route` nor the common list names, and returns their names, for
-/// `serve --lenient`: clients that send fields this server does not read get an answer and a
-/// `Warning` header naming what was ignored, instead of a 400.
-pub fn drop_unknown(b: &mut serde_json::Map<String, Value>, route: &[&str]) -> Vec<String> {
-    let unknown: Vec<String> = b
-        .keys()
-        .filter(|k| !COMMON_FIELDS.contains(&k.as_str()) && !route.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for k in &unknown {
-        b.remove(k);
-    }
-    unknown
 }
 
 /// The values of `reasoning_effort` (OpenAI's, and `none`).

@@ -24,6 +24,7 @@ mod scheduler_tests;
 mod structured;
 mod tokens;
 mod tools;
+mod values;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

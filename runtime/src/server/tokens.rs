@@ -98,7 +98,9 @@ pub(super) async fn tokenize(
             ids.insert(0, bos);
         }
         Ok::<Value, ApiError>(if with_pieces {
-            let pieces = e.text.pieces(&ids);
+            let pieces = e
+                .text
+                .with_tokenizer(|t| crate::grammar::token_pieces(t, &ids));
             let tokens: Vec<Value> = ids
                 .iter()
                 .zip(pieces)
