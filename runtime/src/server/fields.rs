@@ -24,6 +24,8 @@ pub(super) fn logit_bias(b: &serde_json::Map<String, Value>) -> Result<Vec<(u32,
         }
     };
     let mut out: Vec<(u32, f32)> = Vec::with_capacity(m.len());
+    // One look-up per entry: a body may name many thousands of tokens.
+    let mut named = std::collections::HashSet::with_capacity(m.len());
     for (k, v) in m {
         let field = format!("logit_bias.{k}");
         let id: u32 = k.trim().parse().map_err(|_| {
@@ -41,7 +43,7 @@ pub(super) fn logit_bias(b: &serde_json::Map<String, Value>) -> Result<Vec<(u32,
                 ));
             }
         };
-        if out.iter().any(|&(t, _)| t == id) {
+        if !named.insert(id) {
             return Err(ApiError::bad(field, format!("token {id} is named twice")));
         }
         out.push((id, bias));

@@ -9,9 +9,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::Server;
 use super::api::{self, ApiError};
 use super::body::read_body;
+use super::{Ready, Server};
 
 fn flag(b: &serde_json::Map<String, Value>, f: &str, default: bool) -> Result<bool, ApiError> {
     match b.get(f) {
@@ -56,6 +56,21 @@ fn piece_value(p: Option<Vec<u8>>) -> Value {
     }
 }
 
+/// The loaded model and the request's fields, once the key is checked and the body is a JSON
+/// object of only the `known` fields.
+async fn open(
+    s: &Server,
+    headers: &HeaderMap,
+    body: Body,
+    known: &[&str],
+) -> Result<(Arc<Ready>, serde_json::Map<String, Value>), ApiError> {
+    s.authorize(headers)?;
+    let ready = s.current()?;
+    let b = api::json_body(&read_body(body, headers, s.opts.max_body).await?)?;
+    only(&b, known)?;
+    Ok((ready, b))
+}
+
 /// `POST /tokenize`: `content` (required), `add_special` (BOS as the model's prompts get it;
 /// default false), `parse_special` (special-token text read as those tokens; default true),
 /// `with_pieces` (each id with the text or bytes it stands for).
@@ -64,13 +79,13 @@ pub(super) async fn tokenize(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    s.authorize(&headers)?;
-    let ready = s.current()?;
-    let b = api::json_body(&read_body(body, &headers, s.opts.max_body).await?)?;
-    only(
-        &b,
+    let (ready, b) = open(
+        &s,
+        &headers,
+        body,
         &["content", "add_special", "parse_special", "with_pieces"],
-    )?;
+    )
+    .await?;
     let content = match b.get("content") {
         Some(Value::String(c)) => c.clone(),
         None | Some(Value::Null) => return Err(ApiError::bad("content", "'content' is required")),
@@ -122,10 +137,7 @@ pub(super) async fn detokenize(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    s.authorize(&headers)?;
-    let ready = s.current()?;
-    let b = api::json_body(&read_body(body, &headers, s.opts.max_body).await?)?;
-    only(&b, &["tokens"])?;
+    let (ready, b) = open(&s, &headers, body, &["tokens"]).await?;
     let vocab = ready.engine.model.spec.vocab;
     let ids: Vec<u32> = match b.get("tokens") {
         Some(Value::Array(a)) => a
