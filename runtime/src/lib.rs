@@ -27,6 +27,7 @@ pub mod sample;
 pub mod server;
 pub use onebit_pack::spec;
 pub mod text;
+pub mod think;
 pub mod tools;
 
 pub use error::{Error, Result};

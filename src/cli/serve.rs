@@ -70,9 +70,22 @@ pub struct ServeArgs {
     /// repeatable. None by default: pages of other origins cannot read the answers.
     #[arg(long = "cors-origin", value_name = "ORIGIN", value_parser = cors_origin)]
     pub cors_origins: Vec<String>,
+    /// Where a thinking model's reasoning goes: `deepseek` returns the text between `<think>`
+    /// and `</think>` as `reasoning_content`, `none` keeps it inline in `content`.
+    #[arg(long, value_enum, default_value_t = Reasoning::Deepseek)]
+    pub reasoning_format: Reasoning,
     /// Worker threads for the model [default: all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
+}
+
+/// `--reasoning-format`'s values (llama-server's names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Reasoning {
+    /// Reasoning apart, as `reasoning_content`.
+    Deepseek,
+    /// Reasoning inline in `content`.
+    None,
 }
 
 fn cors_origin(s: &str) -> Result<String, String> {
@@ -154,6 +167,10 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
         report: report_source(g, &a.source),
         lenient: a.lenient,
         cors_origins: a.cors_origins.clone(),
+        reasoning: match a.reasoning_format {
+            Reasoning::Deepseek => onebit_runtime::server::ReasoningFormat::Deepseek,
+            Reasoning::None => onebit_runtime::server::ReasoningFormat::None,
+        },
     });
     eprintln!(
         "listening on http://{bound} (OpenAI API under /v1; /health says when the model is ready)"

@@ -40,7 +40,13 @@ pub struct Parsed {
     pub logprobs: Option<usize>,
     /// `reasoning_effort`, applied where the template has a switch for it.
     pub reasoning_effort: Option<String>,
+    /// `n`: choices to generate for the prompt.
+    pub n: usize,
 }
+
+/// The most choices (`n`) one request may ask for, as OpenAI's API allows; a server also needs a
+/// slot per choice (`--parallel`).
+pub const MAX_CHOICES: i64 = 128;
 
 /// Parses a body as JSON, saying where it broke.
 pub fn json_body(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
@@ -238,14 +244,16 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0),
     };
-    if let Some(n) = int(b, "n")?
-        && n != 1
-    {
-        return Err(ApiError::bad(
-            "n",
-            format!("only n = 1 is supported, got {n}"),
-        ));
-    }
+    let n = match int(b, "n")? {
+        None => 1,
+        Some(n @ 1..=MAX_CHOICES) => n as usize,
+        Some(n) => {
+            return Err(ApiError::bad(
+                "n",
+                format!("'n' must be between 1 and {MAX_CHOICES}, got {n}"),
+            ));
+        }
+    };
     let stop = match b.get("stop") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) if !s.is_empty() => vec![s.clone()],
@@ -374,6 +382,7 @@ fn common(b: &serde_json::Map<String, Value>, prompt: Prompt) -> Result<Parsed, 
         tools: None,
         logprobs: None,
         reasoning_effort: None,
+        n,
     })
 }
 

@@ -21,7 +21,11 @@ fn refusals_name_the_field() {
             r#"{"messages":[{"role":"user","content":"x"}],"temperature":3}"#,
             "temperature",
         ),
-        (r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#, "n"),
+        (r#"{"messages":[{"role":"user","content":"x"}],"n":0}"#, "n"),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"n":129}"#,
+            "n",
+        ),
         (
             r#"{"messages":[{"role":"user","content":"x"}],"stop":[""]}"#,
             "stop[0]",

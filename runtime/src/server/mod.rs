@@ -6,6 +6,7 @@
 //! run by the continuous-batching [`scheduler`], and counted in [`metrics`]. The server binds
 //! and answers `/health` before the model is loaded, so a supervisor can watch it come up.
 
+mod answer;
 pub mod api;
 mod body;
 mod cors;
@@ -46,7 +47,7 @@ pub use cors::check_origin;
 use info::{health, metrics_text, model, models, props, report};
 pub use metrics::Metrics;
 use reply::{Kind, Reply};
-use scheduler::{Busy, Job, Scheduler};
+use scheduler::{Busy, Fork, Job, Scheduler};
 pub use scheduler::{Engine, Limits};
 
 /// How the server behaves; fixed at start.
@@ -69,6 +70,21 @@ pub struct Options {
     /// `--cors-origin`: the browser origins allowed to call the API (`*` for any); empty: no
     /// CORS headers, so pages of other origins cannot read the answers.
     pub cors_origins: Vec<String>,
+    /// `--reasoning-format`: whether a thinking model's reasoning comes back apart from its
+    /// content.
+    pub reasoning: ReasoningFormat,
+}
+
+/// Where a thinking model's reasoning goes in a chat answer (llama-server's
+/// `--reasoning-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReasoningFormat {
+    /// `deepseek`: the text between `<think>` and `</think>` comes back as `reasoning_content`
+    /// (`delta.reasoning_content` streamed), the rest as `content`.
+    #[default]
+    Deepseek,
+    /// `none`: the whole answer, tags included, is `content`.
+    None,
 }
 
 /// Writes the served pack's report page, or says why it cannot. Called on a thread of its own for
@@ -225,6 +241,22 @@ impl Server {
         }
     }
 
+    /// `Some(opened)` when a chat answer's reasoning is split from its content: the template
+    /// teaches `<think>` blocks and `--reasoning-format` is `deepseek`. `opened`: the prompt
+    /// (`ids`) ends inside a block it opened.
+    fn splits_reasoning(&self, kind: Kind, text: &crate::text::Text, ids: &[u32]) -> Option<bool> {
+        if kind != Kind::Chat
+            || self.opts.reasoning != ReasoningFormat::Deepseek
+            || !text.template().is_some_and(crate::think::template_thinks)
+        {
+            return None;
+        }
+        let tail = text
+            .decode_keeping_special(&ids[ids.len().saturating_sub(8)..])
+            .unwrap_or_default();
+        Some(crate::think::prompt_opens(&tail))
+    }
+
     fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let Some(key) = &self.opts.api_key else {
             return Ok(());
@@ -326,6 +358,20 @@ impl Server {
             api::apply_reasoning_effort(&mut parsed.prompt, ready.engine.text.template(), &effort)?;
         }
         let ctx = ready.limits.ctx;
+        if parsed.n > ready.limits.slots {
+            return Err(ApiError::bad(
+                "n",
+                format!(
+                    "n = {} needs a slot per choice; this server runs {} (--parallel)",
+                    parsed.n, ready.limits.slots
+                ),
+            ));
+        }
+        tools::generic_prompt(
+            &mut parsed.prompt,
+            &ready.engine.text,
+            parsed.tools.as_ref(),
+        );
         let calls = tools::tool_plan(
             &ready.engine.text,
             parsed.tools.as_ref(),
@@ -342,6 +388,8 @@ impl Server {
         };
         let engine = ready.engine.clone();
         let grammar = tools::grammar_of(parsed.format.as_ref(), calls.as_ref());
+        // A grammar holds the answer from its first token, so it opens no reasoning block.
+        let held = grammar.is_some();
         let ids = tokio::task::spawn_blocking(move || {
             let mut req = req;
             if let Some((spec, field)) = &grammar {
@@ -375,12 +423,28 @@ impl Server {
         })?;
         req.max_tokens = parsed.max_tokens.unwrap_or(ctx - ids.len());
         let prompt_tokens = ids.len();
+        let think = self
+            .splits_reasoning(kind, &ready.engine.text, &ids)
+            .filter(|_| !held);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut rxs = vec![rx];
+        // Choice k samples with the seed + k: the same seed gives the same choices.
+        let forks = (1..parsed.n as u64)
+            .map(|k| {
+                let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+                rxs.push(rx);
+                Fork {
+                    seed: req.sampler.seed.wrapping_add(k),
+                    events,
+                }
+            })
+            .collect();
         let job = Job {
             ids,
             req,
             events: tx,
             arrived,
+            forks,
         };
         ready.scheduler.submit(job).map_err(|b| match b {
             Busy::Full => ApiError::new(
@@ -419,11 +483,12 @@ impl Server {
             summary: None,
             calls: calls.map(|p| (p.format, p.tools)),
             logprobs: parsed.logprobs.is_some(),
+            think,
         };
         let mut resp = if parsed.stream {
-            reply.stream(rx, &parsed)
+            reply.stream(rxs, &parsed)
         } else {
-            reply.whole(rx).await?
+            reply.whole(rxs).await?
         };
         if !ignored.is_empty() {
             tracing::warn!(fields = ?ignored, "--lenient: unknown request fields ignored");

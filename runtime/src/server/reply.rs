@@ -10,10 +10,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::answer::{Answer, Out};
 use super::api::{self, ApiError, Parsed};
 use super::scheduler::{Event, Summary};
 use crate::logprobs::TokenLogprob;
-use crate::tools::{Call, Format, Tool, call_start, parse_calls};
+use crate::tools::{Call, Format, Tool};
 
 /// Which completion route a reply answers.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -48,6 +49,9 @@ pub(super) struct Reply {
     pub calls: Option<(Format, Vec<Tool>)>,
     /// Whether the client asked for log-probabilities.
     pub logprobs: bool,
+    /// `Some(opened)`: the answer's reasoning is split from its content (`opened`: the prompt
+    /// opened the reasoning block).
+    pub think: Option<bool>,
 }
 
 impl Drop for Reply {
@@ -79,8 +83,9 @@ impl Drop for Reply {
 }
 
 impl Reply {
-    /// The reply object around `choice` (none when null): a stream chunk or the whole reply.
-    fn envelope(&self, choice: Value, usage: Option<Value>, stream: bool) -> Value {
+    /// The reply object around `choices` (one choice, an array of them, or none when null): a
+    /// stream chunk or the whole reply.
+    fn envelope(&self, choices: Value, usage: Option<Value>, stream: bool) -> Value {
         let object = match (self.kind, stream) {
             (Kind::Chat, true) => "chat.completion.chunk",
             (Kind::Chat, false) => "chat.completion",
@@ -92,7 +97,11 @@ impl Reply {
             "created": self.created,
             "model": self.model,
             "system_fingerprint": self.fingerprint,
-            "choices": if choice.is_null() { json!([]) } else { json!([choice]) },
+            "choices": match choices {
+                Value::Null => json!([]),
+                Value::Array(a) => Value::Array(a),
+                one => json!([one]),
+            },
         });
         if let Some(u) = usage {
             v["usage"] = u;
@@ -104,29 +113,29 @@ impl Reply {
         self.envelope(choice, usage, true)
     }
 
-    /// One choice: a chat `delta` (stream) or `message` (whole), or a completion's `text`.
-    fn choice(&self, text: &str, finish: Option<&str>, stream: bool) -> Value {
+    /// Choice `k`: a chat `delta` (stream) or `message` (whole), or a completion's `text`.
+    fn choice(&self, k: usize, text: &str, finish: Option<&str>, stream: bool) -> Value {
         match (self.kind, stream) {
             (Kind::Chat, true) => json!({
-                "index": 0,
+                "index": k,
                 "delta": if finish.is_some() && text.is_empty() { json!({}) } else { json!({"content": text}) },
                 "logprobs": null,
                 "finish_reason": finish,
             }),
             (Kind::Chat, false) => json!({
-                "index": 0,
+                "index": k,
                 "message": {"role": "assistant", "content": text},
                 "logprobs": null,
                 "finish_reason": finish,
             }),
             (Kind::Text, _) => {
-                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+                json!({"index": k, "text": text, "logprobs": null, "finish_reason": finish})
             }
         }
     }
 
-    fn delta(&self, text: &str, finish: Option<&str>) -> Value {
-        self.choice(text, finish, true)
+    fn delta(&self, k: usize, text: &str, finish: Option<&str>) -> Value {
+        self.choice(k, text, finish, true)
     }
 
     /// Puts `entries` into `choice` in the route's shape (nothing when none were asked for);
@@ -141,15 +150,15 @@ impl Reply {
         choice
     }
 
-    /// OpenAI's `tool_calls` entries for `calls` (with `index` in a stream).
-    fn tool_calls(&self, calls: &[Call], streamed: bool) -> Value {
+    /// OpenAI's `tool_calls` entries for choice `choice`'s `calls` (with `index` in a stream).
+    fn tool_calls(&self, choice: usize, calls: &[Call], streamed: bool) -> Value {
         Value::Array(
             calls
                 .iter()
                 .enumerate()
                 .map(|(k, c)| {
                     let mut v = json!({
-                        "id": format!("call_{}_{k}", self.id),
+                        "id": format!("call_{}_{choice}_{k}", self.id),
                         "type": "function",
                         "function": {"name": c.name, "arguments": c.arguments},
                     });
@@ -162,32 +171,78 @@ impl Reply {
         )
     }
 
-    pub async fn whole(mut self, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
-        let mut text = String::new();
-        let mut lps = Vec::new();
-        loop {
-            match rx.recv().await {
-                Some(Event::Text(t)) => text.push_str(&t),
-                Some(Event::Logprob(l)) => lps.push(l),
-                Some(Event::Done(s)) => {
-                    self.summary = Some(s);
-                    let finish = Some(api::finish_reason(s.finish));
-                    let usage = api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
-                    let mut choice = self.with_logprobs(self.choice(&text, finish, false), &lps, 0);
-                    if let Some((format, tools)) = &self.calls {
-                        let out = parse_calls(*format, &text, tools);
-                        if !out.calls.is_empty() {
-                            let content = (!out.content.is_empty()).then_some(out.content);
-                            choice["message"] = json!({"role": "assistant", "content": content,
-                                "tool_calls": self.tool_calls(&out.calls, false)});
-                            if s.finish == crate::generate::Finish::Stop {
-                                choice["finish_reason"] = json!("tool_calls");
-                            }
-                        }
-                    }
-                    let body = self.envelope(choice, Some(usage), false);
-                    return Ok(axum::Json(body).into_response());
+    /// A new answer for one choice.
+    fn answer(&self) -> Answer {
+        Answer::new(self.think, self.calls.clone())
+    }
+
+    /// Choice `k` of a whole reply: its text read into reasoning, content and calls.
+    fn whole_choice(&self, k: usize, text: &str, lps: &[TokenLogprob], s: &Summary) -> Value {
+        let mut finish = api::finish_reason(s.finish);
+        let mut choice = self.choice(k, text, Some(finish), false);
+        if self.kind == Kind::Chat && (self.think.is_some() || self.calls.is_some()) {
+            let (out, calls) = self.answer().whole(text);
+            let mut message = json!({"role": "assistant", "content": out.content});
+            if !out.reasoning.is_empty() {
+                message["reasoning_content"] = json!(out.reasoning);
+            }
+            if !calls.is_empty() {
+                if out.content.is_empty() {
+                    message["content"] = Value::Null;
                 }
+                message["tool_calls"] = self.tool_calls(k, &calls, false);
+                if s.finish == crate::generate::Finish::Stop {
+                    finish = "tool_calls";
+                }
+            }
+            choice["message"] = message;
+            choice["finish_reason"] = json!(finish);
+        }
+        self.with_logprobs(choice, lps, 0)
+    }
+
+    /// Receives every choice's events, tagged with the choice's index.
+    fn merged(
+        rxs: Vec<UnboundedReceiver<Event>>,
+    ) -> impl futures::Stream<Item = (usize, Option<Event>)> + Unpin + Send {
+        futures::stream::select_all(rxs.into_iter().enumerate().map(|(k, rx)| {
+            Box::pin(futures::stream::unfold(Some(rx), move |rx| async move {
+                let mut rx = rx?;
+                match rx.recv().await {
+                    Some(e) => Some(((k, Some(e)), Some(rx))),
+                    // A closed channel says so once.
+                    None => Some(((k, None), None)),
+                }
+            }))
+        }))
+    }
+
+    /// Counts of all choices together: the prompt once, every choice's generated tokens.
+    fn total(summaries: &[Option<Summary>]) -> Option<Summary> {
+        let mut all = summaries.iter().flatten();
+        let first = *all.next()?;
+        Some(all.fold(first, |mut t, s| {
+            t.completion_tokens += s.completion_tokens;
+            t
+        }))
+    }
+
+    /// The whole reply, once every choice has ended.
+    pub async fn whole(mut self, rxs: Vec<UnboundedReceiver<Event>>) -> Result<Response, ApiError> {
+        use futures::StreamExt;
+        let n = rxs.len();
+        let mut texts = vec![String::new(); n];
+        let mut lps: Vec<Vec<TokenLogprob>> = vec![Vec::new(); n];
+        let mut summaries: Vec<Option<Summary>> = vec![None; n];
+        let mut events = Self::merged(rxs);
+        while summaries.iter().any(Option::is_none) {
+            let Some((k, event)) = events.next().await else {
+                break;
+            };
+            match event {
+                Some(Event::Text(t)) => texts[k].push_str(&t),
+                Some(Event::Logprob(l)) => lps[k].push(l),
+                Some(Event::Done(s)) => summaries[k] = Some(s),
                 Some(Event::Failed(e)) => {
                     return Err(ApiError::new(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -202,176 +257,175 @@ impl Reply {
                         e,
                     ));
                 }
-                None => {
-                    return Err(ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "server_error",
-                        "the scheduler dropped the request",
-                    ));
-                }
+                // A choice's channel closes once it is done; before that, it was dropped.
+                None if summaries[k].is_some() => {}
+                None => break,
             }
         }
+        let Some(total) = Self::total(&summaries).filter(|_| summaries.iter().all(Option::is_some))
+        else {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the scheduler dropped the request",
+            ));
+        };
+        self.summary = Some(total);
+        let choices: Vec<Value> = summaries
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(k, s)| self.whole_choice(k, &texts[k], &lps[k], s))
+            .collect();
+        let usage = api::usage(
+            total.prompt_tokens,
+            total.cached_tokens,
+            total.completion_tokens,
+        );
+        let body = self.envelope(Value::Array(choices), Some(usage), false);
+        Ok(axum::Json(body).into_response())
     }
 
-    pub fn stream(self, rx: UnboundedReceiver<Event>, parsed: &Parsed) -> Response {
+    /// The chunks that `out` of choice `k` makes: reasoning, then content, the log-probabilities
+    /// not sent yet with the first of them.
+    fn out_chunks(&self, k: usize, out: Out, answer: &mut Answer, pending: &mut Vec<String>) {
+        let mut deltas = Vec::new();
+        if !out.reasoning.is_empty() {
+            deltas.push(
+                json!({"index": k, "delta": {"reasoning_content": out.reasoning},
+                "logprobs": null, "finish_reason": null}),
+            );
+        }
+        if !out.content.is_empty() {
+            deltas.push(self.delta(k, &out.content, None));
+        }
+        if let Some(first) = deltas.first_mut() {
+            let (entries, offset) = answer.take_logprobs();
+            *first = self.with_logprobs(first.take(), &entries, offset);
+        }
+        pending.extend(deltas.into_iter().map(|d| self.chunk(d, None).to_string()));
+    }
+
+    /// The end of choice `k`'s stream: what it held back, its calls, and its finish chunk
+    /// (with the usage of all choices when `usage` is given: it is the last to end).
+    fn end_chunks(
+        &self,
+        k: usize,
+        s: &Summary,
+        answer: &mut Answer,
+        usage: Option<Value>,
+        pending: &mut Vec<String>,
+    ) {
+        let (out, calls) = answer.finish();
+        self.out_chunks(k, out, answer, pending);
+        let mut fin = api::finish_reason(s.finish);
+        if !calls.is_empty() {
+            if s.finish == crate::generate::Finish::Stop {
+                fin = "tool_calls";
+            }
+            let choice = json!({"index": k,
+                "delta": {"tool_calls": self.tool_calls(k, &calls, true)},
+                "logprobs": null, "finish_reason": null});
+            pending.push(self.chunk(choice, None).to_string());
+        }
+        let (entries, offset) = answer.take_logprobs();
+        let d = self.delta(k, "", Some(fin));
+        let d = if entries.is_empty() {
+            d
+        } else {
+            self.with_logprobs(d, &entries, offset)
+        };
+        pending.push(self.chunk(d, usage).to_string());
+    }
+
+    /// The reply as server-sent events, every choice's chunks as they come, then `[DONE]`.
+    pub fn stream(self, rxs: Vec<UnboundedReceiver<Event>>, parsed: &Parsed) -> Response {
+        use futures::StreamExt;
         let include_usage = parsed.include_usage;
+        let n = rxs.len();
         // The first chunk of a chat stream carries the role, as OpenAI's does.
         let mut first = Vec::new();
         if self.kind == Kind::Chat {
-            first.push(
-                self.chunk(
-                    json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}),
-                    None,
-                )
-                .to_string(),
-            );
+            for k in 0..n {
+                let role = json!({"index": k, "delta": {"role": "assistant", "content": ""},
+                    "logprobs": null, "finish_reason": null});
+                first.push(self.chunk(role, None).to_string());
+            }
         }
-        // With tools, the answer so far and how much of it went out: text from where a call may
-        // begin is held until the call is read (or turns out to be text).
-        let state = (
-            self,
-            rx,
-            std::collections::VecDeque::from(first),
-            false,
-            Held::default(),
-            Pending::default(),
-        );
-        let events = futures::stream::unfold(
-            state,
-            move |(mut reply, mut rx, mut pending, mut ended, mut held, mut lps)| async move {
-                loop {
-                    if let Some(data) = pending.pop_front() {
-                        let ev = SseEvent::default().data(data);
-                        let state = (reply, rx, pending, ended, held, lps);
-                        return Some((Ok::<_, Infallible>(ev), state));
+        let answers: Vec<Answer> = (0..n).map(|_| self.answer()).collect();
+        let state = Stream {
+            reply: self,
+            events: Box::pin(Self::merged(rxs)),
+            pending: std::collections::VecDeque::from(first),
+            ended: false,
+            answers,
+            summaries: vec![None; n],
+        };
+        let events = futures::stream::unfold(state, move |mut st| async move {
+            loop {
+                if let Some(data) = st.pending.pop_front() {
+                    let ev = SseEvent::default().data(data);
+                    return Some((Ok::<_, Infallible>(ev), st));
+                }
+                if st.ended {
+                    return None;
+                }
+                let (k, event) = st.events.next().await?;
+                let mut out = Vec::new();
+                match event {
+                    Some(Event::Text(t)) => {
+                        let o = st.answers[k].push(&t);
+                        st.reply.out_chunks(k, o, &mut st.answers[k], &mut out);
                     }
-                    if ended {
-                        return None;
-                    }
-                    match rx.recv().await {
-                        Some(Event::Text(t)) => {
-                            let out = match &reply.calls {
-                                Some((format, _)) => held.push(*format, &t),
-                                None => t,
-                            };
-                            if !out.is_empty() {
-                                let (entries, offset) = lps.take();
-                                let d =
-                                    reply.with_logprobs(reply.delta(&out, None), &entries, offset);
-                                pending.push_back(reply.chunk(d, None).to_string());
-                            }
-                        }
-                        Some(Event::Logprob(l)) => lps.push(l),
-                        Some(Event::Done(s)) => {
-                            reply.summary = Some(s);
-                            let usage =
-                                api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
-                            let mut fin = api::finish_reason(s.finish);
-                            if let Some((format, tools)) = &reply.calls {
-                                let (rest, calls) = held.finish(*format, tools);
-                                if !rest.is_empty() {
-                                    let c = reply.chunk(reply.delta(&rest, None), None);
-                                    pending.push_back(c.to_string());
-                                }
-                                if !calls.is_empty() {
-                                    if s.finish == crate::generate::Finish::Stop {
-                                        fin = "tool_calls";
-                                    }
-                                    let choice = json!({"index": 0,
-                                        "delta": {"tool_calls": reply.tool_calls(&calls, true)},
-                                        "logprobs": null, "finish_reason": null});
-                                    pending.push_back(reply.chunk(choice, None).to_string());
-                                }
-                            }
-                            let (entries, offset) = lps.take();
-                            let d = reply.delta("", Some(fin));
-                            let d = if entries.is_empty() {
-                                d
-                            } else {
-                                reply.with_logprobs(d, &entries, offset)
-                            };
-                            let last = reply.chunk(d, Some(usage.clone()));
-                            pending.push_back(last.to_string());
+                    Some(Event::Logprob(l)) => st.answers[k].logprob(l),
+                    Some(Event::Done(s)) => {
+                        st.summaries[k] = Some(s);
+                        let all_done = st.summaries.iter().all(Option::is_some);
+                        let total = Self::total(&st.summaries).filter(|_| all_done);
+                        let usage = total.map(|t| {
+                            api::usage(t.prompt_tokens, t.cached_tokens, t.completion_tokens)
+                        });
+                        st.reply
+                            .end_chunks(k, &s, &mut st.answers[k], usage.clone(), &mut out);
+                        if let (Some(t), Some(usage)) = (total, usage) {
+                            st.reply.summary = Some(t);
                             if include_usage {
-                                pending
-                                    .push_back(reply.chunk(Value::Null, Some(usage)).to_string());
+                                out.push(st.reply.chunk(Value::Null, Some(usage)).to_string());
                             }
                             // The end marker is the bare word, not JSON.
-                            pending.push_back("[DONE]".into());
-                            ended = true;
+                            out.push("[DONE]".into());
+                            st.ended = true;
                         }
-                        Some(Event::Failed(e)) => {
-                            let err =
-                                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
-                            pending.push_back(err.body().to_string());
-                            ended = true;
-                        }
-                        Some(Event::NoRoom(e)) => {
-                            let err =
-                                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", e);
-                            pending.push_back(err.body().to_string());
-                            ended = true;
-                        }
-                        None => return None,
                     }
+                    Some(Event::Failed(e)) => {
+                        let err =
+                            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e);
+                        out.push(err.body().to_string());
+                        st.ended = true;
+                    }
+                    Some(Event::NoRoom(e)) => {
+                        let err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", e);
+                        out.push(err.body().to_string());
+                        st.ended = true;
+                    }
+                    None if st.summaries[k].is_some() => {}
+                    None => return None,
                 }
-            },
-        );
+                st.pending.extend(out);
+            }
+        });
         Sse::new(events)
             .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
             .into_response()
     }
 }
 
-/// Log-probabilities of a stream not sent yet, and the answer's bytes they follow.
-#[derive(Default)]
-struct Pending {
-    entries: Vec<TokenLogprob>,
-    sent_bytes: usize,
-}
-
-impl Pending {
-    fn push(&mut self, l: TokenLogprob) {
-        self.entries.push(l);
-    }
-
-    /// The entries to send with the next chunk, and where their text starts.
-    fn take(&mut self) -> (Vec<TokenLogprob>, usize) {
-        let at = self.sent_bytes;
-        self.sent_bytes += self.entries.iter().map(|e| e.piece.len()).sum::<usize>();
-        (std::mem::take(&mut self.entries), at)
-    }
-}
-
-/// A tool request's streamed answer: all text so far, and how much of it went out as content.
-#[derive(Default)]
-struct Held {
-    all: String,
-    sent: usize,
-}
-
-impl Held {
-    /// Adds `piece`; returns the content that can go out now, everything before where a call
-    /// may begin.
-    fn push(&mut self, format: Format, piece: &str) -> String {
-        self.all.push_str(piece);
-        let safe = call_start(format, &self.all)
-            .unwrap_or(self.all.len())
-            .max(self.sent);
-        let out = self.all[self.sent..safe].to_string();
-        self.sent = safe;
-        out
-    }
-
-    /// At the end: the content not sent yet, and the calls the answer holds.
-    fn finish(&self, format: Format, tools: &[Tool]) -> (String, Vec<Call>) {
-        let out = parse_calls(format, &self.all, tools);
-        if out.calls.is_empty() {
-            return (self.all[self.sent..].to_string(), Vec::new());
-        }
-        let at = call_start(format, &self.all)
-            .unwrap_or(self.sent)
-            .max(self.sent);
-        (self.all[self.sent..at].trim_end().to_string(), out.calls)
-    }
+/// A stream's state between chunks.
+struct Stream {
+    reply: Reply,
+    events: std::pin::Pin<Box<dyn futures::Stream<Item = (usize, Option<Event>)> + Send>>,
+    pending: std::collections::VecDeque<String>,
+    ended: bool,
+    answers: Vec<Answer>,
+    summaries: Vec<Option<Summary>>,
 }

@@ -105,6 +105,24 @@ pub struct Job {
     pub events: UnboundedSender<Event>,
     /// When the request arrived.
     pub arrived: Instant,
+    /// Its further choices (`n` > 1): each continues from the prompt's last logits in a copy of
+    /// this job's KV cache, so the prompt is read once.
+    pub forks: Vec<Fork>,
+}
+
+/// One further choice of a job: the same request sampled with its own seed.
+pub struct Fork {
+    /// The seed of its sampler.
+    pub seed: u64,
+    /// Where its text goes.
+    pub events: UnboundedSender<Event>,
+}
+
+impl Job {
+    /// Slots it takes: one per choice.
+    pub fn slots(&self) -> usize {
+        1 + self.forks.len()
+    }
 }
 
 /// Why a job was not queued.
@@ -167,6 +185,8 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
     // Every slot's cache, empty: each grows in blocks as its sequence fills it.
     let mut pool = Pool::new(&engine.model, limits.slots, limits.ctx, limits.prefix_cache);
     let memory = engine.model.cache_memory().clone();
+    // A job waiting for as many free slots as it has choices.
+    let mut parked: Option<Job> = None;
     tracing::info!(
         slots = limits.slots,
         ctx = limits.ctx,
@@ -178,7 +198,9 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
     loop {
         // Admit: block when idle, otherwise take what is waiting.
         while active.len() < limits.slots {
-            let job = if active.is_empty() {
+            let job = if let Some(j) = parked.take() {
+                j
+            } else if active.is_empty() {
                 match rx.recv() {
                     Ok(j) => j,
                     Err(_) => return,
@@ -189,10 +211,19 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
                     Err(_) => break,
                 }
             };
-            m.queued.dec();
-            if job.events.is_closed() {
+            if job.events.is_closed() && job.forks.iter().all(|f| f.events.is_closed()) {
+                m.queued.dec();
                 m.finish(Finish::Cancelled.as_str());
                 continue;
+            }
+            if active.len() + job.slots() > limits.slots {
+                parked = Some(job);
+                break;
+            }
+            m.queued.dec();
+            // The free caches the further choices take; each becomes a copy of this one's.
+            for _ in &job.forks {
+                drop(pool.take(&[]));
             }
             let (mut session, reused) = match pool.take(&job.ids) {
                 Some(t) => (t.session, t.reused),
@@ -334,7 +365,7 @@ fn iterate(
     engine: &Engine,
     limits: Limits,
     m: &Metrics,
-    active: &mut [Seq],
+    active: &mut Vec<Seq>,
     pool: &mut Pool,
     shape: &mut Shape,
 ) -> Vec<usize> {
@@ -450,7 +481,46 @@ fn iterate(
     for (k, &(_, i)) in want.iter().enumerate() {
         rows_of[i] = Some(k);
     }
-    let mut chunks: Vec<Option<&mut [f32]>> = logits.chunks_mut(vocab).map(Some).collect();
+    // Further choices start from the prompt's last logits, each in a copy of its cache.
+    let mut forked_rows: Vec<Vec<f32>> = Vec::new();
+    for i in 0..active.len() {
+        let Some(k) = rows_of[i] else { continue };
+        if active[i].job.forks.is_empty() || failed.contains(&i) {
+            continue;
+        }
+        let forks = std::mem::take(&mut active[i].job.forks);
+        for fork in forks {
+            let parent = &active[i];
+            let mut req = parent.job.req.clone();
+            req.sampler.seed = fork.seed;
+            let dec = Decoder::new(&parent.job.ids, &req);
+            let seq = Seq {
+                job: Job {
+                    ids: parent.job.ids.clone(),
+                    req,
+                    events: fork.events,
+                    arrived: parent.job.arrived,
+                    forks: Vec::new(),
+                },
+                session: parent.session.clone(),
+                fed: parent.fed,
+                reused: parent.reused,
+                checkpoint: parent.checkpoint.clone(),
+                dec,
+                next: None,
+                ttft: None,
+                last: parent.last,
+            };
+            forked_rows.push(logits[k * vocab..(k + 1) * vocab].to_vec());
+            rows_of.push(Some(want.len() + forked_rows.len() - 1));
+            active.push(seq);
+        }
+    }
+    let mut chunks: Vec<Option<&mut [f32]>> = logits
+        .chunks_mut(vocab)
+        .chain(forked_rows.iter_mut().map(Vec::as_mut_slice))
+        .map(Some)
+        .collect();
     let mut targets = Vec::with_capacity(want.len());
     for (i, s) in active.iter_mut().enumerate() {
         if let Some(l) = rows_of[i].and_then(|k| chunks[k].take())

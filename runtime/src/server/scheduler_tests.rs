@@ -204,6 +204,7 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
                     req: d.req.clone(),
                     events: tx,
                     arrived: Instant::now(),
+                    forks: Vec::new(),
                 };
                 assert!(sched.submit(job).is_ok(), "{at}: queued");
                 let client = d.client;
@@ -347,6 +348,7 @@ fn a_panic_in_the_model_fails_the_batch_is_counted_and_the_server_goes_on() {
             },
             events: tx,
             arrived: Instant::now(),
+            forks: Vec::new(),
         };
         assert!(sched.submit(job).is_ok(), "queued");
         let mut last = None;

@@ -5,8 +5,9 @@
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
+use crate::generate::Prompt;
 use crate::text::Text;
-use crate::tools::Tool;
+use crate::tools::{Format, Tool, generic};
 
 /// How the model may call the tools.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,15 +213,16 @@ pub fn message_tool_calls(i: usize, m: &Value) -> Result<Option<Value>, ApiError
 /// How a request's tool calls are read and, when forced, held to their grammar.
 pub struct ToolPlan {
     /// The format calls are read in.
-    pub format: crate::tools::Format,
+    pub format: Format,
     /// The tools offered.
     pub tools: Vec<crate::tools::Tool>,
-    /// The grammar a forced call is held to.
+    /// The grammar the answer is held to (a forced call; any generic answer).
     pub forced: Option<crate::grammar::Spec>,
 }
 
-/// The plan for `parsed`'s tools: the format from the model's template (refused by name when the
-/// template renders none), and for `required` or a named function the grammar of a call.
+/// The plan for `parsed`'s tools: the format from the model's template ([`Format::Generic`]
+/// when it renders none), and the grammar the answer is held to: a call's for `required` or a
+/// named function, and in the generic format always (a call or a `response`).
 /// `format_too`: the request also has a `response_format`.
 pub fn tool_plan(
     text: &Text,
@@ -232,35 +234,72 @@ pub fn tool_plan(
     };
     let format = text
         .template()
-        .and_then(crate::tools::Format::detect)
-        .ok_or_else(|| {
-            ApiError::bad(
-                "tools",
-                "this model's chat template renders no tool calls in a format this server reads \
-                 (Hermes, Qwen XML, Hunyuan, LFM2, Llama 3, Mistral); call without tools",
-            )
-        })?;
+        .and_then(Format::detect)
+        .unwrap_or(Format::Generic);
     let offered: Vec<crate::tools::Tool> = match &t.choice {
         Choice::Named(n) => t.tools.iter().filter(|x| &x.name == n).cloned().collect(),
         _ => t.tools.clone(),
     };
-    let forced = match t.choice {
-        Choice::Auto | Choice::None => None,
-        _ if format_too => {
-            return Err(ApiError::bad(
-                "tool_choice",
-                "a forced tool call and a response_format cannot both hold the answer",
-            ));
-        }
-        _ => Some(crate::grammar::Spec::Lark(crate::tools::forced_grammar(
-            format, &offered, t.parallel,
-        ))),
+    let must_call = matches!(t.choice, Choice::Required | Choice::Named(_));
+    let grammar = match (format, must_call) {
+        (Format::Generic, _) => Some(generic::grammar(&offered, must_call, t.parallel)),
+        (_, true) => Some(crate::tools::forced_grammar(format, &offered, t.parallel)),
+        (_, false) => None,
     };
+    if grammar.is_some() && format_too {
+        return Err(ApiError::bad(
+            "tool_choice",
+            if must_call {
+                "a forced tool call and a response_format cannot both hold the answer"
+            } else {
+                "this model's template has no tool format of its own, so its answers with tools \
+                 are held to the generic tool JSON; a response_format cannot hold them too"
+            },
+        ));
+    }
     Ok(Some(ToolPlan {
         format,
         tools: t.tools.clone(),
-        forced,
+        forced: grammar.map(crate::grammar::Spec::Lark),
     }))
+}
+
+/// Rewrites a chat `prompt` for a template that renders no tool format ([`generic`]): the
+/// offered tools described in a system message, earlier calls
+/// and tool results as plain messages. Other templates' prompts are left as they are.
+pub fn generic_prompt(prompt: &mut Prompt, text: &Text, tools: Option<&ToolRequest>) {
+    if text.template().and_then(Format::detect).is_some() {
+        return;
+    }
+    let (messages, extras) = match prompt {
+        Prompt::Chat(m) => (m, None),
+        Prompt::ChatWith(m, e) => (m, Some(e)),
+        _ => return,
+    };
+    let system = tools.map(|t| {
+        let offered: Vec<Value> = match &t.choice {
+            Choice::Named(n) => t
+                .raw
+                .iter()
+                .filter(|r| r.pointer("/function/name").and_then(Value::as_str) == Some(n))
+                .cloned()
+                .collect(),
+            _ => t.raw.clone(),
+        };
+        let usage = match t.choice {
+            Choice::Auto => generic::Use::May,
+            Choice::None => generic::Use::Not,
+            _ => generic::Use::Must,
+        };
+        generic::system_text(&offered, usage)
+    });
+    if system.is_none() && !generic::needs_polyfill(messages) {
+        return;
+    }
+    *messages = generic::polyfill(messages, system.as_deref());
+    if let Some(e) = extras {
+        e.tools.clear();
+    }
 }
 
 /// The grammar a request's answer is held to, with the field it came from: its

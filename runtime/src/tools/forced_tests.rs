@@ -72,40 +72,13 @@ fn every_forced_answer_reads_back_as_valid_calls_in_every_format() {
         Format::Lfm2,
         Format::Llama3,
         Format::Mistral,
+        Format::Generic,
     ];
     for format in formats {
         for parallel in [false, true] {
             let spec = Spec::Lark(forced_grammar(format, &tools(), parallel));
-            let c = grammars
-                .compile(&text, &spec, "tool_choice")
-                .unwrap_or_else(|e| panic!("{format:?}: {e}\n{spec:?}"));
-            for walk in 0..12u64 {
-                let mut c = c.clone();
-                let mut seed = walk ^ (format as u64) << 8 ^ u64::from(parallel) << 16;
-                let mut ids = Vec::new();
-                while !c.is_finished() && ids.len() < 3000 {
-                    let allowed = c.allowed().expect("mask");
-                    let ok: Vec<u32> = (0..vocab as u32)
-                        .filter(|&t| {
-                            allowed
-                                .get(t as usize / 32)
-                                .is_some_and(|w| w >> (t % 32) & 1 == 1)
-                        })
-                        .collect();
-                    assert!(!ok.is_empty(), "{format:?}: no token allowed after {ids:?}");
-                    let t = ok[(next(&mut seed) % ok.len() as u64) as usize];
-                    if t == 1 {
-                        break; // end of sequence: the grammar was complete
-                    }
-                    c.accept(t).expect("accept");
-                    ids.push(t);
-                }
-                let out = text.decode_keeping_special(&ids).expect("decode");
-                assert_eq!(
-                    c.error(),
-                    None,
-                    "{format:?}: the engine stopped on an error"
-                );
+            let walks = walk(&text, &grammars, vocab, &spec, format as u64, parallel);
+            for (walk, out) in walks.into_iter().enumerate() {
                 let read = parse_calls(format, &out, &tools());
                 let what = format!("{format:?} (parallel {parallel}, walk {walk}): {out:?}");
                 assert!(!read.calls.is_empty(), "{what}: no call read");
@@ -118,4 +91,73 @@ fn every_forced_answer_reads_back_as_valid_calls_in_every_format() {
             }
         }
     }
+}
+
+/// A generic answer with `tool_choice: auto` is a valid call or a `response`, and both come up.
+#[test]
+fn every_generic_auto_answer_is_a_valid_call_or_a_response() {
+    let text = text();
+    let vocab = 384;
+    let grammars = Grammars::new(vocab, &[1]);
+    let spec = Spec::Lark(super::generic::grammar(&tools(), false, true));
+    let (mut calls, mut responses) = (0, 0);
+    for out in walk(&text, &grammars, vocab, &spec, 99, true) {
+        let read = parse_calls(Format::Generic, &out, &tools());
+        if read.calls.is_empty() {
+            let v: Value = serde_json::from_str(&out).expect("JSON");
+            assert_eq!(v["response"].as_str(), Some(read.content.as_str()), "{out}");
+            responses += 1;
+        } else {
+            for call in &read.calls {
+                let args: Value = serde_json::from_str(&call.arguments).expect("JSON");
+                assert!(valid(&call.name, &args), "{out}: {call:?}");
+            }
+            calls += 1;
+        }
+    }
+    assert!(
+        calls > 0 && responses > 0,
+        "{calls} calls, {responses} responses"
+    );
+}
+
+/// Twelve seeded random walks through `spec`'s grammar, each as the text it spells.
+fn walk(
+    text: &Text,
+    grammars: &Grammars,
+    vocab: usize,
+    spec: &Spec,
+    salt: u64,
+    parallel: bool,
+) -> Vec<String> {
+    let mut outs = Vec::new();
+    let c = grammars
+        .compile(text, spec, "tool_choice")
+        .unwrap_or_else(|e| panic!("{e}\n{spec:?}"));
+    for walk in 0..12u64 {
+        let mut c = c.clone();
+        let mut seed = walk ^ salt << 8 ^ u64::from(parallel) << 16;
+        let mut ids = Vec::new();
+        while !c.is_finished() && ids.len() < 3000 {
+            let allowed = c.allowed().expect("mask");
+            let ok: Vec<u32> = (0..vocab as u32)
+                .filter(|&t| {
+                    allowed
+                        .get(t as usize / 32)
+                        .is_some_and(|w| w >> (t % 32) & 1 == 1)
+                })
+                .collect();
+            assert!(!ok.is_empty(), "no token allowed after {ids:?}");
+            let t = ok[(next(&mut seed) % ok.len() as u64) as usize];
+            if t == 1 {
+                break; // end of sequence: the grammar was complete
+            }
+            c.accept(t).expect("accept");
+            ids.push(t);
+        }
+        let out = text.decode_keeping_special(&ids).expect("decode");
+        assert_eq!(c.error(), None, "the engine stopped on an error");
+        outs.push(out);
+    }
+    outs
 }

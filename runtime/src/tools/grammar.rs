@@ -14,6 +14,9 @@ use crate::grammar::engine_schema;
 
 /// A Lark grammar for one call (or, with `parallel`, one or more) to any of `tools` in `format`.
 pub fn forced_grammar(format: Format, tools: &[Tool], parallel: bool) -> String {
+    if format == Format::Generic {
+        return super::generic::grammar(tools, true, parallel);
+    }
     let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
     let args = |t: &Tool| {
         let schema = match &t.parameters {
@@ -76,7 +79,7 @@ pub fn forced_grammar(format: Format, tools: &[Tool], parallel: bool) -> String 
                     args(t),
                     q("}")
                 ),
-                Format::Llama3 => format!(
+                Format::Llama3 | Format::Generic => format!(
                     "{} {} {}",
                     q(&format!("{{\"name\": {}, \"parameters\": ", q(&t.name))),
                     args(t),
@@ -92,7 +95,7 @@ pub fn forced_grammar(format: Format, tools: &[Tool], parallel: bool) -> String 
         Format::Hunyuan => ("<tool_calls>", "", "</tool_calls>"),
         Format::Lfm2 => ("<|tool_call_start|>[", ", ", "]<|tool_call_end|>"),
         Format::Mistral => ("[TOOL_CALLS][", ", ", "]"),
-        Format::Llama3 => ("", "; ", ""),
+        Format::Llama3 | Format::Generic => ("", "; ", ""),
     };
     let more = if parallel {
         format!(" ({} call)*", q(sep))

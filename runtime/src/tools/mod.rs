@@ -14,8 +14,11 @@
 //! | [`Format::Llama3`] | `{"name": …, "parameters": {…}}` (after `<\|python_tag\|>` at times) | Llama 3.1–3.3 |
 //! | [`Format::Mistral`] | `[TOOL_CALLS][{"name": …, "arguments": {…}}]` | Mistral |
 //!
-//! A template that renders tools in none of these is refused by name when a request brings tools.
+//! A template that renders tools in none of these gets [`Format::Generic`] ([`generic`]): the
+//! tools described in a system message, the answer held by grammar to a JSON object that calls
+//! them or answers in text.
 
+pub mod generic;
 mod grammar;
 mod parse;
 mod pythonic;
@@ -40,6 +43,8 @@ pub enum Format {
     Llama3,
     /// Mistral's `[TOOL_CALLS]` JSON array.
     Mistral,
+    /// The generic JSON answer, for templates without a format of their own ([`generic`]).
+    Generic,
 }
 
 impl Format {
@@ -75,6 +80,7 @@ impl Format {
             Format::Lfm2 => "<|tool_call_start|>",
             Format::Llama3 => "<|python_tag|>",
             Format::Mistral => "[TOOL_CALLS]",
+            Format::Generic => "{",
         }
     }
 
@@ -87,6 +93,7 @@ impl Format {
             Format::Lfm2 => "LFM2 <|tool_call_start|> Python calls",
             Format::Llama3 => "Llama 3 JSON",
             Format::Mistral => "Mistral [TOOL_CALLS]",
+            Format::Generic => "generic JSON",
         }
     }
 }
@@ -122,6 +129,10 @@ pub struct Output {
 /// back everything from there: the opening tag, a prefix of it at the end, or for Llama 3 an answer
 /// that starts with `{`.
 pub fn call_start(format: Format, text: &str) -> Option<usize> {
+    // A generic answer is one JSON object from its first character: all of it is held.
+    if format == Format::Generic {
+        return Some(0);
+    }
     let open = format.opening();
     if let Some(at) = text.find(open) {
         return Some(at);

@@ -8,6 +8,9 @@ use super::{Call, Format, Output, Tool, pythonic};
 /// The calls in `text` (a whole answer) in `format`; `tools` give the parameter types that
 /// [`Format::QwenXml`]'s untyped values are read by.
 pub fn parse_calls(format: Format, text: &str, tools: &[Tool]) -> Output {
+    if format == Format::Generic {
+        return super::generic::parse(text);
+    }
     let Some(at) = super::call_start(format, text) else {
         return plain(text);
     };
@@ -35,6 +38,7 @@ pub fn parse_calls(format: Format, text: &str, tools: &[Tool]) -> Output {
                 .ok()
                 .and_then(|v| json_list(&v))
         }
+        Format::Generic => None,
         Format::Llama3 => {
             let body = text[at..].trim_start_matches("<|python_tag|>").trim();
             // One call, or several separated by `;` (Llama 3.2's habit).
