@@ -10,6 +10,7 @@
 pub mod attend;
 pub mod backend;
 pub mod device;
+pub mod embed;
 pub mod error;
 pub mod generate;
 pub mod grammar;

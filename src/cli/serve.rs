@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// and `</think>` as `reasoning_content`, `none` keeps it inline in `content`.
     #[arg(long, value_enum, default_value_t = Reasoning::Deepseek)]
     pub reasoning_format: Reasoning,
+    /// How `/v1/embeddings` pools a text's final hidden states into one vector: `mean` over
+    /// its tokens, the `last` token's, or the first (`cls`); always L2-normalized.
+    #[arg(long, default_value_t = onebit_runtime::embed::Pooling::Mean)]
+    pub pooling: onebit_runtime::embed::Pooling,
     /// Worker threads for the model [default: all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
@@ -171,6 +175,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
             Reasoning::Deepseek => onebit_runtime::server::ReasoningFormat::Deepseek,
             Reasoning::None => onebit_runtime::server::ReasoningFormat::None,
         },
+        pooling: a.pooling,
     });
     eprintln!(
         "listening on http://{bound} (OpenAI API under /v1; /health says when the model is ready)"

@@ -240,14 +240,38 @@ impl Model {
         rows: &[(usize, u32)],
         want: &[usize],
     ) -> Result<Vec<f32>> {
+        self.forward_batch_with(sessions, rows, want, &[])
+            .map(|(logits, _)| logits)
+    }
+
+    /// [`Model::forward_batch`], also returning the final hidden states (after the last norm,
+    /// what the head reads) of the rows in `hidden`, row-major `[hidden][hidden size]`: an
+    /// embedding request's rows ride in the batch with everybody else's.
+    pub fn forward_batch_with(
+        &self,
+        sessions: &mut [&mut Session],
+        rows: &[(usize, u32)],
+        want: &[usize],
+        hidden: &[usize],
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
         if rayon::current_thread_index().is_some() {
-            return self.forward_batch_here(sessions, rows, want);
+            return self.forward_batch_here(sessions, rows, want, hidden);
         }
         // Run the whole pass on a worker of the pool: the ~4 parallel products per layer then
         // start there instead of each handing work over from this thread and waking it again.
         let mut out = None;
-        rayon::scope(|s| s.spawn(|_| out = Some(self.forward_batch_here(sessions, rows, want))));
+        rayon::scope(|s| {
+            s.spawn(|_| out = Some(self.forward_batch_here(sessions, rows, want, hidden)))
+        });
         out.unwrap_or_else(|| Err(Error::Internal("the forward pass did not run".into())))
+    }
+
+    /// The final hidden states of `tokens` run at positions `s.pos..`, `[tokens][hidden size]`.
+    pub fn hidden_states(&self, s: &mut Session, tokens: &[u32]) -> Result<Vec<f32>> {
+        let rows: Vec<(usize, u32)> = tokens.iter().map(|&t| (0, t)).collect();
+        let all: Vec<usize> = (0..tokens.len()).collect();
+        self.forward_batch_with(&mut [s], &rows, &[], &all)
+            .map(|(_, h)| h)
     }
 
     fn forward_batch_here(
@@ -255,11 +279,12 @@ impl Model {
         sessions: &mut [&mut Session],
         rows: &[(usize, u32)],
         want: &[usize],
-    ) -> Result<Vec<f32>> {
+        hidden: &[usize],
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
         let sp = &self.spec;
         let n = rows.len();
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         // Each row's sequence and position; refuse before touching any cache.
         let mut next: Vec<usize> = sessions.iter().map(|s| s.pos).collect();
@@ -285,7 +310,7 @@ impl Model {
                 });
             }
         }
-        if let Some(&w) = want.iter().find(|&&w| w >= n) {
+        if let Some(&w) = want.iter().chain(hidden).find(|&&w| w >= n) {
             return Err(Error::Request {
                 field: "batch",
                 reason: format!("logits asked for row {w} of {n}"),
@@ -328,10 +353,15 @@ impl Model {
         for (s, &end) in sessions.iter_mut().zip(&next) {
             s.pos = end;
         }
+        let mut states = Vec::with_capacity(hidden.len() * h);
+        for &t in hidden {
+            states.extend_from_slice(&x[t * h..(t + 1) * h]);
+        }
+        ops::rmsnorm_inplace(&mut states, &self.norm, sp.eps);
         if want.is_empty() {
             // A prompt chunk that needs no logits (its prompt goes on in a later pass): the
             // caches and states above are all it produces.
-            return Ok(Vec::new());
+            return Ok((Vec::new(), states));
         }
         let mut xs = Vec::with_capacity(want.len() * h);
         for &t in want {
@@ -341,7 +371,7 @@ impl Model {
         if self.recording() {
             // Collecting statistics needs the head's inputs, not its outputs: skip the product.
             self.record(&["lm_head.weight".to_string()], &xs, want.len());
-            return Ok(Vec::new());
+            return Ok((Vec::new(), states));
         }
         let reads: Vec<usize> = want
             .iter()
@@ -351,7 +381,7 @@ impl Model {
             .iter()
             .map(|&w| sessions[rows[w].0].allowed.as_deref())
             .collect();
-        self.head_logits(&reads, &allowed, &xs)
+        Ok((self.head_logits(&reads, &allowed, &xs)?, states))
     }
 
     /// The head's logits for `reads.len()` final hidden states `xs`, row-major `[row][vocab]`.

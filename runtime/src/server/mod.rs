@@ -10,6 +10,7 @@ mod answer;
 pub mod api;
 mod body;
 mod cors;
+mod embeddings;
 mod error;
 mod fields;
 #[cfg(test)]
@@ -73,6 +74,8 @@ pub struct Options {
     /// `--reasoning-format`: whether a thinking model's reasoning comes back apart from its
     /// content.
     pub reasoning: ReasoningFormat,
+    /// `--pooling`: how `/v1/embeddings` pools a text's token states.
+    pub pooling: crate::embed::Pooling,
 }
 
 /// Where a thinking model's reasoning goes in a chat answer (llama-server's
@@ -113,6 +116,45 @@ struct Ready {
     fingerprint: String,
     engine: Arc<Engine>,
     scheduler: Scheduler,
+}
+
+impl Ready {
+    /// Refuses a request that names another model (404, as OpenAI answers).
+    fn check_model(&self, named: Option<&str>) -> Result<(), ApiError> {
+        match named {
+            Some(m) if m != self.id => Err(ApiError {
+                status: StatusCode::NOT_FOUND,
+                message: format!(
+                    "the model '{m}' does not exist here; this server serves '{}'",
+                    self.id
+                ),
+                kind: "invalid_request_error",
+                param: Some("model".into()),
+                code: Some("model_not_found"),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Queues `job`, or answers 503 (busy) or 500 (the scheduler stopped).
+    fn submit(&self, job: Job) -> Result<(), ApiError> {
+        self.scheduler.submit(job).map_err(|b| match b {
+            Busy::Full => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                format!(
+                    "the server is busy: {} requests are running and {} waiting (--parallel, --queue)",
+                    self.limits.slots, self.limits.queue
+                ),
+            )
+            .with_code("server_overloaded"),
+            Busy::Stopped => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the scheduler has stopped",
+            ),
+        })
+    }
 }
 
 /// Shared server state: the loading phase, options, metrics.
@@ -298,6 +340,7 @@ impl Server {
             .route("/props", get(props))
             .route("/tokenize", post(tokens::tokenize))
             .route("/detokenize", post(tokens::detokenize))
+            .route("/v1/embeddings", post(embeddings::embeddings))
             .fallback(not_found)
             .layer(middleware::from_fn_with_state(self.clone(), observe))
             .with_state(self.clone());
@@ -338,20 +381,7 @@ impl Server {
             Kind::Chat => api::chat(&fields)?,
             Kind::Text => api::completion(&fields)?,
         };
-        if let Some(m) = &parsed.model
-            && m != &ready.id
-        {
-            return Err(ApiError {
-                status: StatusCode::NOT_FOUND,
-                message: format!(
-                    "the model '{m}' does not exist here; this server serves '{}'",
-                    ready.id
-                ),
-                kind: "invalid_request_error",
-                param: Some("model".into()),
-                code: Some("model_not_found"),
-            });
-        }
+        ready.check_model(parsed.model.as_deref())?;
         api::check_logit_bias(&parsed.sampler, ready.engine.model.spec.vocab)?;
         let mut parsed = parsed;
         if let Some(effort) = parsed.reasoning_effort.clone() {
@@ -445,23 +475,9 @@ impl Server {
             events: tx,
             arrived,
             forks,
+            embed: None,
         };
-        ready.scheduler.submit(job).map_err(|b| match b {
-            Busy::Full => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                format!(
-                    "the server is busy: {} requests are running and {} waiting (--parallel, --queue)",
-                    ready.limits.slots, ready.limits.queue
-                ),
-            )
-            .with_code("server_overloaded"),
-            Busy::Stopped => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "the scheduler has stopped",
-            ),
-        })?;
+        ready.submit(job)?;
         let id = format!(
             "{}-{:x}{:06x}",
             if kind == Kind::Chat {
@@ -516,6 +532,7 @@ fn route_of(path: &str) -> &'static str {
         "/props" => "/props",
         "/tokenize" => "/tokenize",
         "/detokenize" => "/detokenize",
+        "/v1/embeddings" => "/v1/embeddings",
         _ => "other",
     }
 }

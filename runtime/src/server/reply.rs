@@ -243,6 +243,8 @@ impl Reply {
                 Some(Event::Text(t)) => texts[k].push_str(&t),
                 Some(Event::Logprob(l)) => lps[k].push(l),
                 Some(Event::Done(s)) => summaries[k] = Some(s),
+                // Only embedding requests get vectors.
+                Some(Event::Embedding(_)) => {}
                 Some(Event::Failed(e)) => {
                     return Err(ApiError::new(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -378,6 +380,7 @@ impl Reply {
                         st.reply.out_chunks(k, o, &mut st.answers[k], &mut out);
                     }
                     Some(Event::Logprob(l)) => st.answers[k].logprob(l),
+                    Some(Event::Embedding(_)) => {}
                     Some(Event::Done(s)) => {
                         st.summaries[k] = Some(s);
                         let all_done = st.summaries.iter().all(Option::is_some);

@@ -78,6 +78,8 @@ pub enum Event {
     Failed(String),
     /// The request's KV cache could not grow (503: the server goes on; retry later).
     NoRoom(String),
+    /// An embedding request's pooled, normalized vector (sent before its `Done`).
+    Embedding(Vec<f32>),
 }
 
 /// Counts and timings of one finished generation.
@@ -108,6 +110,9 @@ pub struct Job {
     /// Its further choices (`n` > 1): each continues from the prompt's last logits in a copy of
     /// this job's KV cache, so the prompt is read once.
     pub forks: Vec<Fork>,
+    /// An embedding request: its prompt is read and its states pooled this way; nothing is
+    /// generated.
+    pub embed: Option<crate::embed::Pooling>,
 }
 
 /// One further choice of a job: the same request sampled with its own seed.
@@ -152,6 +157,8 @@ struct Seq {
     next: Option<u32>,
     ttft: Option<Duration>,
     last: Instant,
+    /// An embedding request's states so far.
+    pooler: Option<crate::embed::Pooler>,
 }
 
 impl Scheduler {
@@ -225,7 +232,9 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
             for _ in &job.forks {
                 drop(pool.take(&[]));
             }
-            let (mut session, reused) = match pool.take(&job.ids) {
+            // An embedding reads every token's state, so it reuses no cached prefix.
+            let prefix: &[u32] = if job.embed.is_some() { &[] } else { &job.ids };
+            let (mut session, reused) = match pool.take(prefix) {
                 Some(t) => (t.session, t.reused),
                 None => (engine.model.session(limits.ctx), 0),
             };
@@ -235,7 +244,11 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
             }
             session.read_top(job.req.reads_top());
             let dec = Decoder::new(&job.ids, &job.req);
+            let pooler = job
+                .embed
+                .map(|p| crate::embed::Pooler::new(p, engine.model.spec.hidden));
             active.push(Seq {
+                pooler,
                 job,
                 session,
                 fed: reused,
@@ -371,6 +384,7 @@ fn iterate(
 ) -> Vec<usize> {
     let mut rows: Vec<(usize, u32)> = Vec::new();
     let mut want: Vec<(usize, usize)> = Vec::new(); // (row, sequence)
+    let mut hidden: Vec<usize> = Vec::new(); // rows of embedding requests
     let mut failed = Vec::new();
     // A sequence whose cache cannot grow for its rows is answered 503 and left out of the batch;
     // the free caches' blocks are released first, so an idle prefix never costs a request.
@@ -414,10 +428,12 @@ fn iterate(
             failed.push(i);
             continue;
         }
-        rows.extend(s.job.ids[s.fed..s.fed + take].iter().map(|&t| (i, t)));
-        if take == left {
-            want.push((rows.len() - 1, i));
+        if s.pooler.is_some() {
+            hidden.extend(rows.len()..rows.len() + take);
+        } else if take == left {
+            want.push((rows.len() + take - 1, i));
         }
+        rows.extend(s.job.ids[s.fed..s.fed + take].iter().map(|&t| (i, t)));
         prefill.push((i, take));
         budget -= take;
     }
@@ -453,11 +469,13 @@ fn iterate(
         panic!("injected panic at {} rows", rows.len());
     }
     let wanted: Vec<usize> = want.iter().map(|&(r, _)| r).collect();
-    let logits = {
+    let out = {
         let mut sessions: Vec<&mut Session> = active.iter_mut().map(|s| &mut s.session).collect();
-        engine.model.forward_batch(&mut sessions, &rows, &wanted)
+        engine
+            .model
+            .forward_batch_with(&mut sessions, &rows, &wanted, &hidden)
     };
-    let mut logits = match logits {
+    let (mut logits, states) = match out {
         Ok(l) => l,
         Err(e) => {
             tracing::error!(error = %e, "forward batch failed");
@@ -467,6 +485,9 @@ fn iterate(
             return (0..active.len()).collect();
         }
     };
+    let width = engine.model.spec.hidden;
+    let mut states = states.chunks_exact(width);
+    let mut done = failed;
     for (i, take) in prefill {
         let s = &mut active[i];
         s.fed += take;
@@ -474,6 +495,23 @@ fn iterate(
             s.checkpoint = s.session.checkpoint();
         }
         m.prompt_tokens.inc_by(take as u64);
+        if let Some(p) = &mut s.pooler {
+            for _ in 0..take {
+                p.push(states.next().unwrap_or_default());
+            }
+            if s.fed == s.job.ids.len() {
+                let _ = s.job.events.send(Event::Embedding(p.finish()));
+                let _ = s.job.events.send(Event::Done(Summary {
+                    prompt_tokens: s.job.ids.len(),
+                    cached_tokens: 0,
+                    completion_tokens: 0,
+                    finish: Finish::Stop,
+                    ttft: s.job.arrived.elapsed(),
+                }));
+                m.finish("embedding");
+                done.push(i);
+            }
+        }
     }
     // Sample every sequence that got logits, in parallel (a full-vocabulary softmax each).
     let vocab = engine.model.spec.vocab;
@@ -485,7 +523,7 @@ fn iterate(
     let mut forked_rows: Vec<Vec<f32>> = Vec::new();
     for i in 0..active.len() {
         let Some(k) = rows_of[i] else { continue };
-        if active[i].job.forks.is_empty() || failed.contains(&i) {
+        if active[i].job.forks.is_empty() || done.contains(&i) {
             continue;
         }
         let forks = std::mem::take(&mut active[i].job.forks);
@@ -501,6 +539,7 @@ fn iterate(
                     events: fork.events,
                     arrived: parent.job.arrived,
                     forks: Vec::new(),
+                    embed: None,
                 },
                 session: parent.session.clone(),
                 fed: parent.fed,
@@ -510,6 +549,7 @@ fn iterate(
                 next: None,
                 ttft: None,
                 last: parent.last,
+                pooler: None,
             };
             forked_rows.push(logits[k * vocab..(k + 1) * vocab].to_vec());
             rows_of.push(Some(want.len() + forked_rows.len() - 1));
@@ -524,7 +564,7 @@ fn iterate(
     let mut targets = Vec::with_capacity(want.len());
     for (i, s) in active.iter_mut().enumerate() {
         if let Some(l) = rows_of[i].and_then(|k| chunks[k].take())
-            && !failed.contains(&i)
+            && !done.contains(&i)
         {
             targets.push((i, s, l));
         }
@@ -536,7 +576,6 @@ fn iterate(
             (i, s.dec.step(&engine.model, &engine.text, l, room))
         })
         .collect();
-    let mut done = failed;
     for (i, st) in steps {
         let s = &mut active[i];
         let st = match st {

@@ -205,6 +205,7 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
                     events: tx,
                     arrived: Instant::now(),
                     forks: Vec::new(),
+                    embed: None,
                 };
                 assert!(sched.submit(job).is_ok(), "{at}: queued");
                 let client = d.client;
@@ -231,6 +232,7 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
                             Event::Logprob(l) => {
                                 panic!("log-probabilities nobody asked for: {l:?}")
                             }
+                            Event::Embedding(_) => panic!("a vector nobody asked for"),
                             Event::Failed(e) | Event::NoRoom(e) => panic!("request failed: {e}"),
                         }
                     }
@@ -349,6 +351,7 @@ fn a_panic_in_the_model_fails_the_batch_is_counted_and_the_server_goes_on() {
             events: tx,
             arrived: Instant::now(),
             forks: Vec::new(),
+            embed: None,
         };
         assert!(sched.submit(job).is_ok(), "queued");
         let mut last = None;

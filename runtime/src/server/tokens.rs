@@ -37,7 +37,7 @@ fn only(b: &serde_json::Map<String, Value>, known: &[&str]) -> Result<(), ApiErr
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
+pub(super) fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "server_error",
@@ -57,8 +57,8 @@ fn piece_value(p: Option<Vec<u8>>) -> Value {
 }
 
 /// The loaded model and the request's fields, once the key is checked and the body is a JSON
-/// object of only the `known` fields.
-async fn open(
+/// object of only the `known` fields (others dropped under `--lenient`).
+pub(super) async fn open(
     s: &Server,
     headers: &HeaderMap,
     body: Body,
@@ -66,8 +66,15 @@ async fn open(
 ) -> Result<(Arc<Ready>, serde_json::Map<String, Value>), ApiError> {
     s.authorize(headers)?;
     let ready = s.current()?;
-    let b = api::json_body(&read_body(body, headers, s.opts.max_body).await?)?;
-    only(&b, known)?;
+    let mut b = api::json_body(&read_body(body, headers, s.opts.max_body).await?)?;
+    if s.opts.lenient {
+        let dropped = api::drop_unknown(&mut b, known);
+        if !dropped.is_empty() {
+            tracing::warn!(fields = ?dropped, "--lenient: unknown request fields ignored");
+        }
+    } else {
+        only(&b, known)?;
+    }
     Ok((ready, b))
 }
 

@@ -15,6 +15,7 @@ use crate::support;
 mod batching;
 mod choices;
 mod clients;
+mod embeddings;
 mod logprobs;
 
 fn fixture(case: &str) -> PathBuf {
