@@ -8,6 +8,7 @@
 
 mod answer;
 pub mod api;
+mod batch_shape;
 mod body;
 mod cors;
 mod embeddings;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::batch_shape::{SeqShape, Shape, panic_text};
 use super::metrics::Metrics;
 use super::prefix::Pool;
 use rayon::prelude::*;
@@ -327,50 +328,6 @@ fn give_back(pool: &mut Pool, s: &mut Seq) {
 #[cfg(test)]
 pub(crate) static PANIC_AT_ROWS: std::sync::atomic::AtomicUsize =
     std::sync::atomic::AtomicUsize::new(0);
-
-/// What one forward batch held, for the log when it fails: its rows, the rows that needed
-/// logits, and per sequence its prompt length, the prompt tokens fed before this batch, its rows
-/// in this batch and the tokens it had generated.
-#[derive(Debug, Default)]
-struct Shape {
-    rows: usize,
-    logits_rows: usize,
-    seqs: Vec<SeqShape>,
-}
-
-#[derive(Debug)]
-struct SeqShape {
-    prompt_tokens: usize,
-    fed: usize,
-    rows: usize,
-    generated: usize,
-}
-
-impl std::fmt::Display for Shape {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} rows, {} needing logits;",
-            self.rows, self.logits_rows
-        )?;
-        for (i, s) in self.seqs.iter().enumerate() {
-            write!(
-                f,
-                " seq {i}: prompt {} tokens, {} fed before, {} rows now, {} generated;",
-                s.prompt_tokens, s.fed, s.rows, s.generated
-            )?;
-        }
-        Ok(())
-    }
-}
-
-/// The message of a caught panic.
-fn panic_text(p: &(dyn std::any::Any + Send)) -> &str {
-    p.downcast_ref::<&str>()
-        .copied()
-        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
-}
 
 /// One forward batch; returns the indices of sequences that ended (ascending).
 /// `shape` is filled before the forward pass runs, so a panic inside it can be reported.
