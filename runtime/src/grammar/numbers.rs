@@ -17,18 +17,6 @@ pub const LARGEST: i64 = (1 << 53) - 1;
 /// The step a number's fraction is held to: 8 digits after the decimal point.
 pub const FRACTION_STEP: f64 = 1e-8;
 
-/// Keywords whose values are data, not schemas: they are never rewritten.
-const DATA: &[&str] = &["enum", "const", "default", "examples", "x-guidance"];
-
-/// Keywords whose values map names to schemas (a property may be called `enum`).
-const NAMED: &[&str] = &[
-    "properties",
-    "patternProperties",
-    "$defs",
-    "definitions",
-    "dependentSchemas",
-];
-
 fn numeric(t: &Value) -> (bool, bool) {
     let has = |name: &str| match t {
         Value::String(s) => s == name,
@@ -40,35 +28,22 @@ fn numeric(t: &Value) -> (bool, bool) {
 
 /// Bounds every open integer and number of `schema` (and of every schema inside it), in place.
 pub fn bound_numbers(schema: &mut Value) {
-    match schema {
-        Value::Object(o) => {
-            let (integer, number) = o.get("type").map_or((false, false), numeric);
-            if integer || number {
-                if !o.contains_key("minimum") && !o.contains_key("exclusiveMinimum") {
-                    o.insert("minimum".into(), json!(-LARGEST));
-                }
-                if !o.contains_key("maximum") && !o.contains_key("exclusiveMaximum") {
-                    o.insert("maximum".into(), json!(LARGEST));
-                }
-                // An integer is a multiple of any power of ten below one: only a number's
-                // fraction needs its digits bounded.
-                if number && !integer && !o.contains_key("multipleOf") {
-                    o.insert("multipleOf".into(), json!(FRACTION_STEP));
-                }
+    super::walk::each_schema(schema, &mut |o| {
+        let (integer, number) = o.get("type").map_or((false, false), numeric);
+        if integer || number {
+            if !o.contains_key("minimum") && !o.contains_key("exclusiveMinimum") {
+                o.insert("minimum".into(), json!(-LARGEST));
             }
-            for (k, v) in o.iter_mut() {
-                match (k.as_str(), v) {
-                    (k, _) if DATA.contains(&k) => {}
-                    (k, Value::Object(m)) if NAMED.contains(&k) => {
-                        m.values_mut().for_each(bound_numbers);
-                    }
-                    (_, v) => bound_numbers(v),
-                }
+            if !o.contains_key("maximum") && !o.contains_key("exclusiveMaximum") {
+                o.insert("maximum".into(), json!(LARGEST));
+            }
+            // An integer is a multiple of any power of ten below one: only a number's
+            // fraction needs its digits bounded.
+            if number && !integer && !o.contains_key("multipleOf") {
+                o.insert("multipleOf".into(), json!(FRACTION_STEP));
             }
         }
-        Value::Array(a) => a.iter_mut().for_each(bound_numbers),
-        _ => {}
-    }
+    });
 }
 
 #[cfg(test)]

@@ -175,40 +175,75 @@ pub fn grammar(tools: &[Tool], must_call: bool, parallel: bool) -> String {
     g
 }
 
-/// A generic answer read: its calls, or its `response` as the content. Anything else (an answer
-/// cut off by the token budget, not JSON) stays text as written.
+/// A generic answer read: its calls, or its `response` as the content. An answer cut off by the
+/// token budget keeps the calls it completed; anything else (not JSON) stays text as written.
 pub fn parse(text: &str) -> Output {
     let plain = || Output {
         content: text.to_string(),
         calls: Vec::new(),
     };
-    let Ok(v) = serde_json::from_str::<Value>(text.trim()) else {
-        return plain();
+    let calls = match serde_json::from_str::<Value>(text.trim()) {
+        Ok(v) => {
+            if let Some(r) = v.get("response").and_then(Value::as_str) {
+                return Output {
+                    content: r.to_string(),
+                    calls: Vec::new(),
+                };
+            }
+            v.get("tool_calls")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(call).collect())
+                .unwrap_or_default()
+        }
+        Err(_) => complete_calls(text),
     };
-    if let Some(r) = v.get("response").and_then(Value::as_str) {
-        return Output {
-            content: r.to_string(),
-            calls: Vec::new(),
-        };
+    if calls.is_empty() {
+        return plain();
     }
-    let calls: Option<Vec<Call>> = v.get("tool_calls").and_then(Value::as_array).map(|a| {
-        a.iter()
-            .filter_map(|c| {
-                let name = c.get("name")?.as_str()?.to_string();
-                let args = c.get("arguments").cloned().unwrap_or_else(|| json!({}));
-                args.is_object().then(|| Call {
-                    name,
-                    arguments: args.to_string(),
-                })
-            })
-            .collect()
-    });
-    match calls {
-        Some(calls) if !calls.is_empty() => Output {
-            content: String::new(),
-            calls,
-        },
-        _ => plain(),
+    Output {
+        content: String::new(),
+        calls,
+    }
+}
+
+fn call(c: &Value) -> Option<Call> {
+    let name = c.get("name")?.as_str()?.to_string();
+    let args = c.get("arguments").cloned().unwrap_or_else(|| json!({}));
+    args.is_object().then(|| Call {
+        name,
+        arguments: args.to_string(),
+    })
+}
+
+/// The complete calls at the start of a `tool_calls` list that was cut off.
+fn complete_calls(text: &str) -> Vec<Call> {
+    let Some(mut rest) = text
+        .trim_start()
+        .strip_prefix('{')
+        .map(str::trim_start)
+        .and_then(|r| r.strip_prefix("\"tool_calls\""))
+        .map(str::trim_start)
+        .and_then(|r| r.strip_prefix(':'))
+        .map(str::trim_start)
+        .and_then(|r| r.strip_prefix('['))
+    else {
+        return Vec::new();
+    };
+    let mut calls = Vec::new();
+    loop {
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let Some(Ok(v)) = values.next() else {
+            return calls;
+        };
+        match call(&v) {
+            Some(c) => calls.push(c),
+            None => return calls,
+        }
+        rest = rest[values.byte_offset()..].trim_start();
+        match rest.strip_prefix(',') {
+            Some(r) => rest = r,
+            None => return calls,
+        }
     }
 }
 

@@ -81,9 +81,14 @@ fn answers_are_read_as_calls_or_as_the_response_text() {
     let text = parse(r#"{"response": "It is sunny."}"#);
     assert_eq!(text.content, "It is sunny.");
     assert!(text.calls.is_empty());
-    // Cut off by the budget: the text as written.
+    // Cut off by the budget: the calls it completed, or the text as written.
     let cut = parse(r#"{"tool_calls": [{"name": "get_wea"#);
     assert_eq!(cut.content, r#"{"tool_calls": [{"name": "get_wea"#);
+    let two = parse(
+        r#"{"tool_calls": [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}, {"name": "#,
+    );
+    let names: Vec<&str> = two.calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!((names, two.content.as_str()), (vec!["a", "b"], ""));
 }
 
 #[test]
