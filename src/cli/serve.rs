@@ -78,6 +78,9 @@ pub struct ServeArgs {
     /// its tokens, the `last` token's, or the first (`cls`); always L2-normalized.
     #[arg(long, default_value_t = onebit_runtime::embed::Pooling::Mean)]
     pub pooling: onebit_runtime::embed::Pooling,
+    /// Serve no chat page at `/` (the API routes are the same either way).
+    #[arg(long)]
+    pub no_webui: bool,
     /// Worker threads for the model [default: all cores].
     #[arg(long, short = 't')]
     pub threads: Option<usize>,
@@ -176,6 +179,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
             Reasoning::None => onebit_runtime::server::ReasoningFormat::None,
         },
         pooling: a.pooling,
+        webui: !a.no_webui,
     });
     eprintln!(
         "listening on http://{bound} (OpenAI API under /v1; /health says when the model is ready)"

@@ -17,7 +17,11 @@ pub(super) async fn health(State(s): State<Arc<Server>>) -> Response {
         Err(p) => p.into_inner(),
     };
     match &*g {
-        Phase::Ready(r) => axum::Json(json!({"status": "ok", "model": r.id})).into_response(),
+        // Whether the API needs a key: the chat page asks for one before its first call.
+        Phase::Ready(r) => axum::Json(
+            json!({"status": "ok", "model": r.id, "key_required": s.opts.api_key.is_some()}),
+        )
+        .into_response(),
         Phase::Loading => (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({"status": "loading"})),
@@ -134,6 +138,7 @@ pub(super) async fn props(
         "backend": m.backend_name(),
         "kernel_path": m.kernel_path().name(),
         "build_info": concat!("onebit-pipe ", env!("CARGO_PKG_VERSION")),
+        "report": s.opts.report.as_ref().map(|_| format!("/report/{}", r.id)),
     }))
     .into_response())
 }

@@ -28,6 +28,7 @@ mod structured;
 mod tokens;
 mod tools;
 mod values;
+mod webui;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -77,6 +78,8 @@ pub struct Options {
     pub reasoning: ReasoningFormat,
     /// `--pooling`: how `/v1/embeddings` pools a text's token states.
     pub pooling: crate::embed::Pooling,
+    /// The chat page at `/` (`serve --no-webui` turns it off).
+    pub webui: bool,
 }
 
 /// Where a thinking model's reasoning goes in a chat answer (llama-server's
@@ -341,7 +344,15 @@ impl Server {
             .route("/props", get(props))
             .route("/tokenize", post(tokens::tokenize))
             .route("/detokenize", post(tokens::detokenize))
-            .route("/v1/embeddings", post(embeddings::embeddings))
+            .route("/v1/embeddings", post(embeddings::embeddings));
+        let router = if self.opts.webui {
+            router
+                .route("/", get(webui::page))
+                .route("/assets/{name}", get(webui::asset))
+        } else {
+            router
+        };
+        let router = router
             .fallback(not_found)
             .layer(middleware::from_fn_with_state(self.clone(), observe))
             .with_state(self.clone());
@@ -534,6 +545,8 @@ fn route_of(path: &str) -> &'static str {
         "/tokenize" => "/tokenize",
         "/detokenize" => "/detokenize",
         "/v1/embeddings" => "/v1/embeddings",
+        "/" => "/",
+        p if p.starts_with("/assets/") => "/assets/{name}",
         _ => "other",
     }
 }

@@ -17,6 +17,7 @@ mod choices;
 mod clients;
 mod embeddings;
 mod logprobs;
+mod webui;
 
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
