@@ -14,11 +14,15 @@
 
 use rayon::prelude::*;
 
+/// Reads row `r` of the exact head (`k` bf16 values, little-endian) into the buffer.
+pub(crate) type ReadRow<'a> = &'a (dyn Fn(usize, &mut [u8]) + Sync);
+
 /// The exact head: bf16 rows (`rows × k` little-endian) times `scale`.
 #[derive(Clone, Copy)]
 pub(crate) struct ExactHead<'a> {
-    /// The embedding's bytes.
-    pub rows: &'a [u8],
+    /// Reads one row of the embedding (a positioned read: the candidates are scattered over it,
+    /// and reading them through a mapping would leave every page ever touched resident).
+    pub rows: ReadRow<'a>,
     /// Hidden size (columns).
     pub k: usize,
     /// Multiplies every product (1 / the embedding's pre-scale).
@@ -26,9 +30,11 @@ pub(crate) struct ExactHead<'a> {
 }
 
 impl ExactHead<'_> {
-    /// The exact logit of row `r` for the input `x`.
-    pub fn logit(&self, r: usize, x: &[f32]) -> f32 {
-        let row = &self.rows[r * self.k * 2..(r + 1) * self.k * 2];
+    /// The exact logit of row `r` for the input `x`; `buf` holds the row read.
+    pub fn logit(&self, r: usize, x: &[f32], buf: &mut Vec<u8>) -> f32 {
+        buf.resize(self.k * 2, 0);
+        (self.rows)(r, buf);
+        let row = &buf[..];
         let mut acc = [0f32; 8];
         let mut chunks = row.chunks_exact(16).zip(x.chunks_exact(8));
         for (b, xs) in &mut chunks {
@@ -95,7 +101,11 @@ pub(crate) fn rescore(
     let one = |(row, x): (&mut [f32], &[f32])| {
         let mut idx = Vec::new();
         top_k(row, k, &mut idx);
-        let exact: Vec<f32> = idx.iter().map(|&i| head.logit(i as usize, x)).collect();
+        let mut buf = Vec::new();
+        let exact: Vec<f32> = idx
+            .iter()
+            .map(|&i| head.logit(i as usize, x, &mut buf))
+            .collect();
         if only {
             row.fill(f32::NEG_INFINITY);
         }
@@ -151,14 +161,17 @@ mod tests {
             .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
             .collect();
         let x: Vec<f32> = (0..k).map(|i| 1.0 / (1.0 + i as f32)).collect();
+        let read =
+            |r: usize, out: &mut [u8]| out.copy_from_slice(&rows[r * k * 2..(r + 1) * k * 2]);
         let head = ExactHead {
-            rows: &rows,
+            rows: &read,
             k,
             scale: 0.5,
         };
+        let mut buf = Vec::new();
         for r in 0..2 {
             let want: f32 = (0..k).map(|j| vals[r * k + j] * x[j]).sum::<f32>() * 0.5;
-            assert!((head.logit(r, &x) - want).abs() < 1e-5, "row {r}");
+            assert!((head.logit(r, &x, &mut buf) - want).abs() < 1e-5, "row {r}");
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Opening a verified pack (its format is [`onebit_pack::manifest`]'s) for the forward pass.
 //!
 //! Opening is a memory map of `model.q4nx`. Loading a model to run it copies only what every
-//! token streams into memory advised to huge pages ([`Pack::make_resident`]); the embedding and
-//! everything the import reads stay in the mapping. A pack whose verification did not pass
+//! token streams into memory advised to huge pages ([`Pack::make_resident`]); the embedding's
+//! scattered rows are read with positioned reads ([`Pack::read_into`]), and everything the import
+//! reads stays in the mapping. A pack whose verification did not pass
 //! is refused unless the caller allows it explicitly, and the refusal says why.
 
 use std::collections::BTreeMap;
@@ -33,6 +34,8 @@ pub struct Pack {
     /// Its manifest.
     pub manifest: Manifest,
     mmap: Mmap,
+    /// `model.q4nx` itself, for positioned reads of scattered rows ([`Pack::read_into`]).
+    file: std::fs::File,
     /// The streamed ranges of `mmap`, copied to memory advised to huge pages.
     resident: Option<Resident>,
     stored: BTreeMap<String, Stored>,
@@ -108,6 +111,7 @@ impl Pack {
             dir: dir.to_path_buf(),
             manifest,
             mmap,
+            file,
             resident: None,
             stored,
             scan,
@@ -121,8 +125,8 @@ impl Pack {
     /// one of those bytes once, and with 4 KiB pages every page costs a TLB walk and stops the
     /// hardware prefetcher at its edge: on the Hunyuan-1.8B shape the decode products went from
     /// 17.5 to 21.7 GB/s at 2 threads (`runtime/benches/matvec.rs`, `ONEBIT_BENCH_HUGE`).
-    /// What is not streamed (the embedding, of which a token reads one row) stays mapped, and
-    /// only the rows looked up are ever read in. Returns the bytes copied; nothing moves where
+    /// What is not streamed (the embedding, of which a token reads one row and re-scoring a
+    /// few) stays in the file, read row by row ([`Pack::read_into`]). Returns the bytes copied; nothing moves where
     /// Linux has transparent huge pages off (`never`), or elsewhere, since the copy buys nothing
     /// there.
     pub fn make_resident(&mut self, streamed: &[Range<usize>]) -> Result<usize> {
@@ -146,6 +150,29 @@ impl Pack {
             );
         }
         Ok(moved)
+    }
+
+    /// Bytes `range` of `model.q4nx` into `out` (as long as `range`): from the resident copy where
+    /// it was copied, else by a positioned read of the file. For scattered reads of a large
+    /// tensor (an embedding's rows, looked up and re-scored 128 a token): read through the
+    /// mapping, every page touched would stay resident in this process, and the page cache maps
+    /// files in large folios, so each row brought in megabytes around it (Hunyuan-1.8B, four full
+    /// slots: 206 MiB of the 0.49 GB embedding resident). A read leaves the bytes in the page
+    /// cache only, reclaimable and not this process's. Falls back to the mapping if the read
+    /// fails.
+    pub fn read_into(&self, range: Range<usize>, out: &mut [u8]) {
+        if let Some(b) = self.resident.as_ref().and_then(|r| r.get(&range)) {
+            out.copy_from_slice(b);
+            return;
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            if self.file.read_exact_at(out, range.start as u64).is_ok() {
+                return;
+            }
+        }
+        out.copy_from_slice(&self.mmap[range]);
     }
 
     /// Whether file bytes `range` are read from the resident copy (not the file's mapping).

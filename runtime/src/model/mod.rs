@@ -320,7 +320,7 @@ impl Model {
             s.grow(end)?;
         }
         let h = sp.hidden;
-        let emb = self.pack.slice(self.embed.clone());
+        let mut row = vec![0u8; h * 2];
         let mut x = vec![0f32; n * h];
         for (t, &(_, tok)) in rows.iter().enumerate() {
             let id = tok as usize;
@@ -330,10 +330,8 @@ impl Model {
                     reason: format!("token id {id} is outside the {}-token vocabulary", sp.vocab),
                 });
             }
-            for (j, c) in emb[id * h * 2..(id + 1) * h * 2]
-                .chunks_exact(2)
-                .enumerate()
-            {
+            self.embedding_row(id, &mut row);
+            for (j, c) in row.chunks_exact(2).enumerate() {
                 x[t * h + j] = half::bf16::from_le_bytes([c[0], c[1]]).to_f32() * sp.embed_scale;
             }
         }
@@ -382,6 +380,14 @@ impl Model {
             .map(|&w| sessions[rows[w].0].allowed.as_deref())
             .collect();
         Ok((self.head_logits(&reads, &allowed, &xs)?, states))
+    }
+
+    /// Row `r` of the bf16 embedding into `out` (`2 × hidden` bytes), read from the file where
+    /// it is not in the resident copy ([`Pack::read_into`]).
+    fn embedding_row(&self, r: usize, out: &mut [u8]) {
+        let w = 2 * self.spec.hidden;
+        let at = self.embed.start + r * w;
+        self.pack.read_into(at..at + w, out);
     }
 
     /// The head's logits for `reads.len()` final hidden states `xs`, row-major `[row][vocab]`.
@@ -438,8 +444,9 @@ impl Model {
                 }
             }
             if let (Some(scale), k) = (self.exact_head, self.rescore) {
+                let read = |r: usize, out: &mut [u8]| self.embedding_row(r, out);
                 let exact = crate::head::ExactHead {
-                    rows: self.pack.slice(self.embed.clone()),
+                    rows: &read,
                     k: h,
                     scale,
                 };
