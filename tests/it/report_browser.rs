@@ -8,25 +8,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::chromium;
+
 fn fixture(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/q4nx")
         .join(case)
-}
-
-/// Chromium: `$ONEBIT_CHROMIUM`, else the first of the usual names on PATH.
-fn chromium() -> PathBuf {
-    if let Some(p) = std::env::var_os("ONEBIT_CHROMIUM") {
-        return PathBuf::from(p);
-    }
-    for name in ["chromium", "chromium-browser", "google-chrome"] {
-        if let Some(dir) = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .find(|d| d.join(name).is_file())
-        {
-            return dir.join(name);
-        }
-    }
-    panic!("no chromium on PATH (apt-get install chromium, or set ONEBIT_CHROMIUM)");
 }
 
 /// What the browser made of a page: its console lines, the DOM after scripts ran, and the

@@ -266,14 +266,6 @@ impl Model {
         out.unwrap_or_else(|| Err(Error::Internal("the forward pass did not run".into())))
     }
 
-    /// The final hidden states of `tokens` run at positions `s.pos..`, `[tokens][hidden size]`.
-    pub fn hidden_states(&self, s: &mut Session, tokens: &[u32]) -> Result<Vec<f32>> {
-        let rows: Vec<(usize, u32)> = tokens.iter().map(|&t| (0, t)).collect();
-        let all: Vec<usize> = (0..tokens.len()).collect();
-        self.forward_batch_with(&mut [s], &rows, &[], &all)
-            .map(|(_, h)| h)
-    }
-
     fn forward_batch_here(
         &self,
         sessions: &mut [&mut Session],

@@ -268,14 +268,18 @@ pub fn tool_plan(
 /// offered tools described in a system message, earlier calls
 /// and tool results as plain messages. Other templates' prompts are left as they are.
 pub fn generic_prompt(prompt: &mut Prompt, text: &Text, tools: Option<&ToolRequest>) {
-    if text.template().and_then(Format::detect).is_some() {
-        return;
-    }
     let (messages, extras) = match prompt {
         Prompt::Chat(m) => (m, None),
         Prompt::ChatWith(m, e) => (m, Some(e)),
         _ => return,
     };
+    // Most requests bring no tools and no tool turns: nothing to look up in the template.
+    if tools.is_none() && !generic::needs_polyfill(messages) {
+        return;
+    }
+    if text.template().and_then(Format::detect).is_some() {
+        return;
+    }
     let system = tools.map(|t| {
         let offered: Vec<Value> = match &t.choice {
             Choice::Named(n) => t

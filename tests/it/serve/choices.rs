@@ -5,13 +5,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::{Served, serve, serve_template, sse_data};
-
-fn post(s: &Served, path: &str, body: &Value) -> Value {
-    let (st, v) = s.post(path, body);
-    assert_eq!(st, 200, "{path} {body}: {v}");
-    v
-}
+use super::{serve, serve_template, sse_data};
 
 fn texts(r: &Value) -> Vec<String> {
     r["choices"]
@@ -33,7 +27,7 @@ fn n_choices_read_the_prompt_once_and_follow_their_seeds() {
     };
     let prompt_read = || s.metric("onebit_prompt_tokens_total");
     let before = prompt_read();
-    let three = post(&s, "/v1/completions", &ask(3, 7));
+    let three = s.post_ok("/v1/completions", &ask(3, 7));
     let read = prompt_read() - before;
     let prompt = three["usage"]["prompt_tokens"].as_f64().expect("usage");
     assert_eq!(read, prompt, "the prompt is read once for three choices");
@@ -44,11 +38,11 @@ fn n_choices_read_the_prompt_once_and_follow_their_seeds() {
     assert_eq!(idx, [0, 1, 2], "{three}");
     // The same seed gives the same choices; choice k is what seed + k gives alone.
     assert_eq!(
-        texts(&post(&s, "/v1/completions", &ask(3, 7))),
+        texts(&s.post_ok("/v1/completions", &ask(3, 7))),
         texts(&three)
     );
     for k in 0..3u64 {
-        let one = post(&s, "/v1/completions", &ask(1, 7 + k));
+        let one = s.post_ok("/v1/completions", &ask(1, 7 + k));
         assert_eq!(texts(&one)[0], texts(&three)[k as usize], "choice {k}");
     }
     let distinct: std::collections::BTreeSet<String> = texts(&three).into_iter().collect();
@@ -56,7 +50,7 @@ fn n_choices_read_the_prompt_once_and_follow_their_seeds() {
     // Streamed: each index's chunks spell that choice, each ends once, one [DONE].
     let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 6,
         "temperature": 1.0, "seed": 3, "n": 2});
-    let whole = post(&s, "/v1/chat/completions", &chat);
+    let whole = s.post_ok("/v1/chat/completions", &chat);
     let mut streamed = chat.clone();
     streamed["stream"] = json!(true);
     let (st, body) = s.post_raw("/v1/chat/completions", "", streamed.to_string().as_bytes());
@@ -96,11 +90,11 @@ fn reasoning_comes_back_apart_from_the_content_or_inline() {
     let split = serve_template(THINKING, &[]);
     let inline = serve_template(THINKING, &["--reasoning-format", "none"]);
     // The tiny model, once in a block, writes line breaks only: they are held off.
-    let nl = post(&split, "/tokenize", &json!({"content": "\n"}))["tokens"][0].clone();
+    let nl = split.post_ok("/tokenize", &json!({"content": "\n"}))["tokens"][0].clone();
     let ask = json!({"messages": [{"role": "user", "content": "the cat"}], "max_tokens": 12,
         "temperature": 0, "logit_bias": {nl.to_string(): -100}});
-    let a = post(&split, "/v1/chat/completions", &ask);
-    let b = post(&inline, "/v1/chat/completions", &ask);
+    let a = split.post_ok("/v1/chat/completions", &ask);
+    let b = inline.post_ok("/v1/chat/completions", &ask);
     let raw = b["choices"][0]["message"]["content"]
         .as_str()
         .expect("content");
@@ -141,8 +135,7 @@ fn gemma_templates_get_the_generic_tool_format() {
         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
             "required": ["city"], "additionalProperties": false}}}]);
     let user = json!({"role": "user", "content": "Weather in Paris?"});
-    let r = post(
-        &s,
+    let r = s.post_ok(
         "/v1/chat/completions",
         &json!({"messages": [user], "tools": tools, "tool_choice": "required",
                 "max_tokens": 200, "temperature": 0}),
@@ -163,7 +156,7 @@ fn gemma_templates_get_the_generic_tool_format() {
     let round = json!({"messages": [user, c["message"].clone(),
         {"role": "tool", "tool_call_id": call["id"], "content": "{\"sky\": \"sunny\"}"}],
         "tools": tools, "max_tokens": 40, "temperature": 0});
-    let r2 = post(&s, "/v1/chat/completions", &round);
+    let r2 = s.post_ok("/v1/chat/completions", &round);
     let m = &r2["choices"][0]["message"];
     assert!(
         m["content"].is_string() || m["tool_calls"].is_array(),

@@ -3,13 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Served, exchange, serve};
-
-fn post(s: &Served, path: &str, body: &Value) -> Value {
-    let (st, v) = s.post(path, body);
-    assert_eq!(st, 200, "{path} {body}: {v}");
-    v
-}
+use super::{exchange, serve};
 
 fn ids(v: &Value) -> Vec<u64> {
     v["tokens"]
@@ -22,15 +16,11 @@ fn ids(v: &Value) -> Vec<u64> {
 fn tokenize_detokenize_and_logit_bias_agree_on_token_ids() {
     let s = serve(&[]);
     let text = "the cat sat";
-    let plain = post(&s, "/tokenize", &json!({"content": text}));
+    let plain = s.post_ok("/tokenize", &json!({"content": text}));
     let toks = ids(&plain);
     assert!(!toks.is_empty(), "{plain}");
     // Pieces are the bytes of each token: together they spell the text.
-    let pieces = post(
-        &s,
-        "/tokenize",
-        &json!({"content": text, "with_pieces": true}),
-    );
+    let pieces = s.post_ok("/tokenize", &json!({"content": text, "with_pieces": true}));
     let spelled: String = pieces["tokens"]
         .as_array()
         .map(|a| {
@@ -40,14 +30,13 @@ fn tokenize_detokenize_and_logit_bias_agree_on_token_ids() {
         })
         .unwrap_or_default();
     assert_eq!(spelled, text, "{pieces}");
-    let back = post(&s, "/detokenize", &json!({"tokens": toks}));
+    let back = s.post_ok("/detokenize", &json!({"tokens": toks}));
     assert_eq!(back["content"], text);
     // A bias of +100 makes one token the answer, greedy or sampled.
     let t = toks[toks.len() - 1];
-    let three = post(&s, "/detokenize", &json!({"tokens": [t, t, t]}));
+    let three = s.post_ok("/detokenize", &json!({"tokens": [t, t, t]}));
     for temperature in [0.0, 1.0] {
-        let r = post(
-            &s,
+        let r = s.post_ok(
             "/v1/completions",
             &json!({"prompt": "a", "max_tokens": 3, "temperature": temperature, "seed": 5,
                     "logit_bias": {t.to_string(): 100}}),
@@ -58,8 +47,7 @@ fn tokenize_detokenize_and_logit_bias_agree_on_token_ids() {
         );
     }
     // Every sampling field a client sends is read, and a bad one is named.
-    post(
-        &s,
+    s.post_ok(
         "/v1/chat/completions",
         &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "seed": 1,
                 "min_p": 0.1, "typical_p": 0.9, "presence_penalty": 0.5,
@@ -187,7 +175,7 @@ fn template_variables_reach_the_chat_template() {
         if let (Some(o), Value::Object(e)) = (b.as_object_mut(), extra) {
             o.extend(e);
         }
-        post(&s, "/v1/chat/completions", &b)["usage"]["prompt_tokens"]
+        s.post_ok("/v1/chat/completions", &b)["usage"]["prompt_tokens"]
             .as_u64()
             .unwrap_or(0)
     };

@@ -167,6 +167,13 @@ impl Served {
         (s, serde_json::from_slice(&b).unwrap_or(Value::Null))
     }
 
+    /// `post`, asserting a 200; the body.
+    fn post_ok(&self, path: &str, body: &Value) -> Value {
+        let (st, v) = self.post(path, body);
+        assert_eq!(st, 200, "{path} {body}: {v}");
+        v
+    }
+
     fn metric(&self, name: &str) -> f64 {
         let (_, b) = self.get("/metrics");
         String::from_utf8_lossy(&b)

@@ -2,10 +2,11 @@
 //! content hash), `--no-webui`, and the page itself in a real browser
 //! (`tests/support/webui_browser.py`: Playwright driving Debian's Chromium).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use super::{exchange, serve};
+use crate::support::chromium;
 
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().find_map(|l| {
@@ -70,20 +71,6 @@ fn the_page_and_its_files_come_with_a_strict_policy_and_hashed_names() {
     let off = serve(&["--no-webui"]);
     assert_eq!(off.get("/").0, 404);
     assert_eq!(off.get("/v1/models").0, 200);
-}
-
-fn chromium() -> PathBuf {
-    if let Some(p) = std::env::var_os("ONEBIT_CHROMIUM") {
-        return PathBuf::from(p);
-    }
-    ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .find_map(|name| {
-            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-        .expect("no chromium on PATH (apt-get install chromium, or set ONEBIT_CHROMIUM)")
 }
 
 #[test]

@@ -190,3 +190,19 @@ pub fn demo_pack() -> PathBuf {
     }
     repo(&done)
 }
+
+/// Chromium for the tests in a real browser: `$ONEBIT_CHROMIUM`, else the first of the usual
+/// names on PATH.
+pub fn chromium() -> PathBuf {
+    if let Some(p) = std::env::var_os("ONEBIT_CHROMIUM") {
+        return PathBuf::from(p);
+    }
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        if let Some(dir) = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .find(|d| d.join(name).is_file())
+        {
+            return dir.join(name);
+        }
+    }
+    panic!("no chromium on PATH (apt-get install chromium, or set ONEBIT_CHROMIUM)");
+}
