@@ -28,10 +28,11 @@ impl Catalog {
             .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()))
             .enable_all()
             .build()
-            .map_err(|source| Error::Io {
-                op: "start",
-                path: "tokio runtime".into(),
-                source,
+            .map_err(|e| {
+                Error::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("failed to start the tokio runtime: {e}"),
+                ))
             })?;
         // information_schema on: SHOW TABLES, SHOW COLUMNS and DESCRIBE work as in datafusion-cli.
         // Strings read from Parquet stay Utf8 (as the stages wrote them), not Utf8View.

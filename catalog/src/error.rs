@@ -58,17 +58,9 @@ pub enum Error {
     /// The pipeline store.
     #[error(transparent)]
     Store(#[from] onebit_pipeline::Error),
-    /// I/O.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        /// Operation.
-        op: &'static str,
-        /// Path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// I/O (fs-err's message: the operation and the path).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 /// Result with the catalog's [`Error`].

@@ -13,7 +13,7 @@ use std::path::Path;
 use onebit_runtime::pack::{FORMAT, Manifest, Provenance, TensorEntry, VERSION, Verification};
 
 use super::{ConvertOptions, TileChoice};
-use onebit_stages::error::{Error, IoContext, Result};
+use onebit_stages::error::{Error, Result, io_at};
 
 /// Per-matrix column weights and the decision line that records them.
 pub struct Importance {
@@ -35,7 +35,8 @@ fn internal(e: impl std::fmt::Display) -> Error {
 
 /// Measures the importance of every matrix column of `gguf` on `opts.calibrate`.
 pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
-    let tmp = tempfile::tempdir().at("create temporary folder", Path::new("."))?;
+    let tmp = tempfile::tempdir()
+        .map_err(|e| io_at(e, "create a temporary folder in", &std::env::temp_dir()))?;
     let repo = tmp.path().join("q8");
     let eight = ConvertOptions {
         tile: TileChoice::Q8_8704,
@@ -93,18 +94,17 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         decisions: Vec::new(),
         head_scan: None,
     };
-    std::fs::write(
+    fs_err::write(
         repo.join("manifest.json"),
         serde_json::to_vec(&manifest).map_err(internal)?,
-    )
-    .at("write", &repo.join("manifest.json"))?;
+    )?;
     let pack = onebit_runtime::Pack::open(&repo, false).map_err(internal)?;
     let model = onebit_runtime::Model::load(pack).map_err(internal)?;
     let text =
         onebit_runtime::text::Text::load(&repo.join("tokenizer.json"), None).map_err(internal)?;
     let mut ids = Vec::new();
     for f in &opts.calibrate {
-        let s = std::fs::read_to_string(f).at("read", f)?;
+        let s = fs_err::read_to_string(f)?;
         ids.extend(text.encode(&s, false).map_err(internal)?);
     }
     let limit = if opts.calibrate_tokens == 0 {

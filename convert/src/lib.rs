@@ -23,7 +23,7 @@ pub use onebit_stages::format::encode::{self, groups};
 
 use std::path::{Path, PathBuf};
 
-use onebit_stages::error::{Error, IoContext, Result};
+use onebit_stages::error::{Error, Result, io_at};
 use onebit_stages::format::gguf::names::{self, MapDims, RowMap};
 use onebit_stages::format::gguf::{GgmlType, GgufFile, MetaValue};
 use onebit_stages::format::tiles::TileKind;
@@ -470,7 +470,7 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
             ),
         ));
     }
-    if out.exists() && std::fs::read_dir(out).at("read", out)?.next().is_some() {
+    if out.exists() && fs_err::read_dir(out)?.next().is_some() {
         return Err(Error::Config {
             file: out.to_path_buf(),
             reason: "output folder exists and is not empty; choose a new --out".into(),
@@ -536,11 +536,11 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&parent).at("create", &parent)?;
+    fs_err::create_dir_all(&parent)?;
     let staging = tempfile::Builder::new()
         .prefix(".convert-")
         .tempdir_in(&parent)
-        .at("create staging folder in", &parent)?;
+        .map_err(|e| io_at(e, "create a staging folder in", &parent))?;
 
     let mut cfg = config::config_json(&g, &dims)?;
     if let Some(path) = &opts.config {
@@ -553,8 +553,7 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
     write_json(&staging.path().join("tokenizer.json"), &tok.tokenizer)?;
     write_json(&staging.path().join("tokenizer_config.json"), &tok.config)?;
     if let Some(t) = &tok.template_file {
-        std::fs::write(staging.path().join("chat_template.jinja"), t)
-            .at("write", &staging.path().join("chat_template.jinja"))?;
+        fs_err::write(staging.path().join("chat_template.jinja"), t)?;
     }
 
     // FastFlowLM writes Qwen3.5 tiles as [row blocks, column tiles, bytes] (keep_block_in_2D).
@@ -575,20 +574,19 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))
-            .at("chmod", &staged)?;
+        fs_err::set_permissions(&staged, std::fs::Permissions::from_mode(0o755))?;
     }
     if out.exists() {
-        std::fs::remove_dir(out).at("remove empty", out)?;
+        fs_err::remove_dir(out)?;
     }
-    std::fs::rename(&staged, out).at("rename into place", out)?;
+    fs_err::rename(&staged, out)?;
     Ok(report)
 }
 
 fn write_json(path: &Path, v: &serde_json::Value) -> Result<()> {
     let mut s = serde_json::to_string_pretty(v).map_err(|e| Error::Internal(e.to_string()))?;
     s.push('\n');
-    std::fs::write(path, s).at("write", path)
+    Ok(fs_err::write(path, s)?)
 }
 
 /// Writes the container; returns one report per tensor.

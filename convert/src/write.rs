@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use crate::groups::{Group, Method};
 use crate::{Planned, TensorReport, encode, gptq, groups, refuse};
-use onebit_stages::error::{Error, IoContext, Result};
+use onebit_stages::error::{Error, Result, io_at};
 use onebit_stages::format::encode::ErrorSums;
 use onebit_stages::format::gguf::names::RowMap;
 use onebit_stages::format::gguf::{GgufFile, GgufTensor};
@@ -102,7 +102,7 @@ pub(crate) fn write_pack(
 }
 
 fn io(w: &mut dyn Write, b: &[u8], path: &Path) -> Result<()> {
-    w.write_all(b).at("write", path)
+    Ok(w.write_all(b).map_err(|e| io_at(e, "write", path))?)
 }
 
 /// Rows per parallel batch of plain rows.

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::dag::Graph;
 use crate::error::{Result, StageError};
-use crate::stage::{Input, Stage, StageContext};
+use crate::stage::{Input, Stage, StageContext, StageId};
 
 /// Parents of each demo stage, by index.
 pub const DEMO_EDGES: [&[usize]; 10] = [
@@ -48,12 +48,8 @@ pub struct SyntheticStage {
 }
 
 impl Stage for SyntheticStage {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn version(&self) -> u32 {
-        self.version
+    fn id(&self) -> StageId<'_> {
+        StageId::new(&self.name, self.version)
     }
 
     fn params(&self) -> Value {
@@ -77,7 +73,7 @@ impl Stage for SyntheticStage {
         seed.update(&self.version.to_le_bytes());
         let mut buf = vec![0u8; 1 << 20];
         for p in &self.parents {
-            let mut f = std::fs::File::open(ctx.input(p)?)?;
+            let mut f = fs_err::File::open(ctx.input(p)?)?;
             loop {
                 let n = f.read(&mut buf)?;
                 if n == 0 {
@@ -87,7 +83,7 @@ impl Stage for SyntheticStage {
             }
         }
         let mut xof = seed.finalize_xof();
-        let mut out = std::io::BufWriter::new(std::fs::File::create(ctx.output("data"))?);
+        let mut out = std::io::BufWriter::new(fs_err::File::create(ctx.output("data"))?);
         let mut written = 0u64;
         let mut slept = false;
         while written < self.bytes {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::Path;
 
-use crate::error::{IoContext, Result};
+use crate::error::{Result, io_at};
 
 /// A 32-byte blake3 digest. Serialized as 64 lowercase hex digits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -19,13 +19,15 @@ impl Digest {
     /// The digest of a file's content, streamed (memory-mapped by blake3 for large files).
     pub fn of_file(path: &Path) -> Result<Self> {
         let mut hasher = blake3::Hasher::new();
-        let meta = std::fs::metadata(path).at("stat", path)?;
+        let meta = fs_err::metadata(path)?;
         if meta.len() > 1 << 20 {
-            hasher.update_mmap_rayon(path).at("hash", path)?;
+            hasher
+                .update_mmap_rayon(path)
+                .map_err(|e| io_at(e, "hash file", path))?;
         } else {
-            let mut file = std::fs::File::open(path).at("open", path)?;
+            let mut file = fs_err::File::open(path)?;
             let mut buf = Vec::with_capacity(meta.len() as usize);
-            file.read_to_end(&mut buf).at("read", path)?;
+            file.read_to_end(&mut buf)?;
             hasher.update(&buf);
         }
         Ok(Digest(*hasher.finalize().as_bytes()))

@@ -9,17 +9,10 @@ pub type StageError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// Everything the engine can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// An I/O operation failed; the path says where.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        /// What was being done ("create", "read", "rename", ...).
-        op: &'static str,
-        /// The file or directory involved.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// An I/O operation failed; the message names the operation and the path (fs-err's
+    /// wording, the one I/O error of every crate of the workspace).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
     /// The graph is not a DAG: the stages named form a cycle.
     #[error("the graph has a cycle: {}", cycle.join(" -> "))]
     Cycle {
@@ -159,18 +152,11 @@ impl Error {
     }
 }
 
-/// Extension to attach a path and an operation to an I/O error, as `fs_err` does.
-pub(crate) trait IoContext<T> {
-    /// Wraps the error with `op` and `path`.
-    fn at(self, op: &'static str, path: &std::path::Path) -> Result<T>;
-}
-
-impl<T> IoContext<T> for std::io::Result<T> {
-    fn at(self, op: &'static str, path: &std::path::Path) -> Result<T> {
-        self.map_err(|source| Error::Io {
-            op,
-            path: path.to_path_buf(),
-            source,
-        })
-    }
+/// An I/O error of an operation fs-err does not wrap (a memory map, a temporary file's rename),
+/// worded as fs-err words its own: "failed to OP `PATH`: CAUSE".
+pub(crate) fn io_at(e: std::io::Error, op: &str, path: &std::path::Path) -> std::io::Error {
+    std::io::Error::new(
+        e.kind(),
+        format!("failed to {op} `{}`: {e}", path.display()),
+    )
 }

@@ -1,13 +1,13 @@
 //! Digests of external inputs (graph roots outside the store), memoized by (path, size, mtime,
 //! inode) so an unchanged multi-gigabyte source is hashed once, not on every run.
 
-use std::fs;
+use fs_err as fs;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::digest::Digest;
-use crate::error::{IoContext, Result};
+use crate::error::Result;
 use crate::key::KeyHasher;
 use crate::store::{LocalStore, mtime_ns, write_atomic};
 
@@ -21,20 +21,20 @@ struct Memo {
 }
 
 #[cfg(unix)]
-fn ino(meta: &fs::Metadata) -> u64 {
+fn ino(meta: &std::fs::Metadata) -> u64 {
     use std::os::unix::fs::MetadataExt;
     meta.ino()
 }
 
 #[cfg(not(unix))]
-fn ino(_meta: &fs::Metadata) -> u64 {
+fn ino(_meta: &std::fs::Metadata) -> u64 {
     0
 }
 
 /// The digest of one file, from the memo when (path, size, mtime, inode) are unchanged.
 pub fn file_digest(store: &LocalStore, path: &Path) -> Result<Digest> {
-    let abs = fs::canonicalize(path).at("resolve", path)?;
-    let meta = fs::metadata(&abs).at("stat", &abs)?;
+    let abs = fs::canonicalize(path)?;
+    let meta = fs::metadata(&abs)?;
     let id = abs.to_string_lossy().into_owned();
     let memo_path = store
         .root()
@@ -69,16 +69,16 @@ pub fn file_digest(store: &LocalStore, path: &Path) -> Result<Digest> {
 /// The digest of a file, or of a directory as its sorted (relative path, size, digest) list.
 /// Symbolic links are followed; the total size is returned too.
 pub fn path_digest(store: &LocalStore, path: &Path) -> Result<(Digest, u64)> {
-    let meta = fs::metadata(path).at("stat", path)?;
+    let meta = fs::metadata(path)?;
     if !meta.is_dir() {
         return Ok((file_digest(store, path)?, meta.len()));
     }
     let mut files = Vec::new();
     let mut stack = vec![path.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).at("list", &d)? {
-            let p = e.at("list", &d)?.path();
-            if fs::metadata(&p).at("stat", &p)?.is_dir() {
+        for e in fs::read_dir(&d)? {
+            let p = e?.path();
+            if fs::metadata(&p)?.is_dir() {
                 stack.push(p);
             } else {
                 files.push(p);
@@ -94,7 +94,7 @@ pub fn path_digest(store: &LocalStore, path: &Path) -> Result<(Digest, u64)> {
             .unwrap_or(&f)
             .to_string_lossy()
             .into_owned();
-        let size = fs::metadata(&f).at("stat", &f)?.len();
+        let size = fs::metadata(&f)?.len();
         total += size;
         h.field(b"path", rel.as_bytes());
         h.field(b"size", &size.to_le_bytes());

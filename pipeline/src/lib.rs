@@ -40,6 +40,6 @@ pub use engine::{Reason, RunOptions, RunReport, run_graph};
 pub use error::{Error, Result, StageError};
 pub use progress::{Event, NullReporter, Reporter};
 pub use record::{StageEvent, Status};
-pub use stage::{Input, InputSource, Stage, StageContext};
+pub use stage::{Input, InputSource, Stage, StageContext, StageId};
 pub use store::LocalStore;
 pub use tiered::Store;

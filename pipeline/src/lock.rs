@@ -1,10 +1,12 @@
 //! Advisory file locks (std's `File::lock`). A second process that wants a held lock says what it
 //! waits for, then blocks; the OS releases the lock when a holder dies, even by SIGKILL.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::TryLockError;
+
+use fs_err::{File, OpenOptions};
 use std::path::Path;
 
-use crate::error::{IoContext, Result};
+use crate::error::{Result, io_at};
 
 /// A held lock; released on drop.
 #[derive(Debug)]
@@ -25,17 +27,7 @@ impl FileLock {
     /// Takes the lock on `path` (created if missing). If it is held, calls `on_wait` once, then
     /// blocks until it is free.
     pub fn acquire(path: &Path, mode: LockMode, on_wait: impl FnOnce()) -> Result<FileLock> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(path)
-            .at("open lock", path)?;
-        let tried = match mode {
-            LockMode::Shared => file.try_lock_shared(),
-            LockMode::Exclusive => file.try_lock(),
-        };
+        let (file, tried) = try_lock(path, mode)?;
         match tried {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -43,33 +35,37 @@ impl FileLock {
                 match mode {
                     LockMode::Shared => file.lock_shared(),
                     LockMode::Exclusive => file.lock(),
-                }
-                .at("lock", path)?;
+                }?;
             }
-            Err(TryLockError::Error(e)) => return Err(e).at("lock", path),
+            Err(TryLockError::Error(e)) => return Err(io_at(e, "lock file", path).into()),
         }
         Ok(FileLock { file })
     }
 
     /// Takes the lock only if it is free now.
     pub fn try_acquire(path: &Path, mode: LockMode) -> Result<Option<FileLock>> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(path)
-            .at("open lock", path)?;
-        let tried = match mode {
-            LockMode::Shared => file.try_lock_shared(),
-            LockMode::Exclusive => file.try_lock(),
-        };
+        let (file, tried) = try_lock(path, mode)?;
         match tried {
             Ok(()) => Ok(Some(FileLock { file })),
             Err(TryLockError::WouldBlock) => Ok(None),
-            Err(TryLockError::Error(e)) => Err(e).at("lock", path),
+            Err(TryLockError::Error(e)) => Err(io_at(e, "lock file", path).into()),
         }
     }
+}
+
+/// Opens the lock file (created if missing) and tries the lock once.
+fn try_lock(path: &Path, mode: LockMode) -> Result<(File, Result<(), TryLockError>)> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let tried = match mode {
+        LockMode::Shared => file.try_lock_shared(),
+        LockMode::Exclusive => file.try_lock(),
+    };
+    Ok((file, tried))
 }
 
 impl Drop for FileLock {

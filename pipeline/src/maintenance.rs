@@ -1,13 +1,13 @@
 //! `status` (which refs are fresh, stale or damaged) and `gc` (remove what no ref references).
 
+use fs_err as fs;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
 
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::digest::Digest;
-use crate::error::{IoContext, Result};
+use crate::error::Result;
 use crate::lock::LockMode;
 use crate::refs::list_refs;
 use crate::store::{Freshness, du};
@@ -207,8 +207,8 @@ pub fn gc(store: &Store, dry_run: bool) -> Result<GcReport> {
         report.bytes_freed += bytes;
         report.files_removed += files;
         let locks = store.root().join("locks");
-        for e in fs::read_dir(&locks).at("list", &locks)? {
-            let p = e.at("list", &locks)?.path();
+        for e in fs::read_dir(&locks)? {
+            let p = e?.path();
             if p.file_name().and_then(|n| n.to_str()) != Some("root.lock") {
                 let _ = fs::remove_file(&p);
             }

@@ -1,10 +1,10 @@
 //! Refs: a named instance of a graph (e.g. one pack) and the stage keys of its last successful
 //! run. `status` compares them with the current code; `gc` keeps every entry a ref names.
 
-use std::fs;
+use fs_err as fs;
 use std::path::PathBuf;
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::ref_record::ref_file_name;
 pub use crate::ref_record::{RefRecord, RefStage};
 use crate::store::write_atomic;
@@ -28,7 +28,7 @@ pub fn read_ref(store: &Store, name: &str) -> Result<Option<RefRecord>> {
                 reason: e.to_string(),
             }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).at("read", &path),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -55,12 +55,12 @@ pub fn list_refs(store: &Store) -> Result<Vec<RefRecord>> {
 pub fn list_local_refs(store: &Store) -> Result<Vec<RefRecord>> {
     let dir = store.refs_dir();
     let mut out = Vec::new();
-    for e in fs::read_dir(&dir).at("list", &dir)? {
-        let path = e.at("list", &dir)?.path();
+    for e in fs::read_dir(&dir)? {
+        let path = e?.path();
         if path.extension().and_then(|x| x.to_str()) != Some("json") {
             continue;
         }
-        let bytes = fs::read(&path).at("read", &path)?;
+        let bytes = fs::read(&path)?;
         let record: RefRecord =
             serde_json::from_slice(&bytes).map_err(|e| Error::BadStoreFile {
                 path: path.clone(),

@@ -56,14 +56,37 @@ impl Input {
 
 /// A stage of a graph.
 ///
-/// The output must be a pure function of the key's fields: [`Stage::name`], [`Stage::version`],
+/// A stage's identity in keys, run records and `status`: its name and the version of its code.
+/// A stage whose name is fixed states both once, as a constant (`StageId::new("detect", 4)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StageId<'a> {
+    /// The name, unique within a graph.
+    pub name: &'a str,
+    /// Bumped whenever what the stage writes for the same inputs can change.
+    pub version: u32,
+}
+
+impl<'a> StageId<'a> {
+    /// A name and a version.
+    pub const fn new(name: &'a str, version: u32) -> StageId<'a> {
+        StageId { name, version }
+    }
+}
+
+/// The output must be a pure function of the key's fields: [`Stage::id`] (name and version),
 /// [`Stage::params`] and the content of the inputs. Whoever changes what a stage writes bumps its
 /// version in the same commit; that re-runs it and its descendants, never its ancestors.
 pub trait Stage: Send + Sync {
-    /// The stage name, unique within a graph.
-    fn name(&self) -> &str;
-    /// The version of the code behind the stage.
-    fn version(&self) -> u32;
+    /// The stage's name, unique within a graph, and the version of the code behind it.
+    fn id(&self) -> StageId<'_>;
+    /// The stage name ([`Stage::id`]'s).
+    fn name(&self) -> &str {
+        self.id().name
+    }
+    /// The code version ([`Stage::id`]'s).
+    fn version(&self) -> u32 {
+        self.id().version
+    }
     /// Canonical params (JSON). Anything that changes the output and is not an input goes here.
     fn params(&self) -> Value {
         Value::Null

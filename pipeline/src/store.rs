@@ -17,8 +17,8 @@
 //! size and mtime against the manifest; a changed mtime is settled by re-hashing that file);
 //! `status --deep` re-hashes everything. A changed file evicts the entry, which is then rebuilt.
 
+use fs_err as fs;
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::digest::Digest;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::lock::{FileLock, LockMode};
 
 /// The name of the store's format directory under `$ONEBIT_HOME`.
@@ -177,7 +177,7 @@ impl LocalStore {
         let root = home.join(STORE_FORMAT_DIR);
         for sub in ["entries", "tmp", "locks", "refs", "runs", "hashcache"] {
             let d = root.join(sub);
-            fs::create_dir_all(&d).at("create", &d)?;
+            fs::create_dir_all(&d)?;
         }
         Ok(LocalStore { root })
     }
@@ -238,7 +238,7 @@ impl LocalStore {
                     Freshness::Missing
                 });
             }
-            Err(e) => return Err(e).at("read", &manifest_path),
+            Err(e) => return Err(e.into()),
         };
         let manifest: Manifest = match serde_json::from_slice(&text) {
             Ok(m) => m,
@@ -302,7 +302,7 @@ impl LocalStore {
             now_ns()
         ));
         let out = dir.join("out");
-        fs::create_dir_all(&out).at("create", &out)?;
+        fs::create_dir_all(&out)?;
         Ok(Staging {
             dir,
             key: *key,
@@ -343,15 +343,15 @@ impl LocalStore {
         let bytes = serde_json::to_vec_pretty(&manifest)
             .map_err(|e| Error::Internal(format!("manifest serialization: {e}")))?;
         let mpath = staging.dir.join("manifest.json");
-        let mut f = fs::File::create(&mpath).at("create", &mpath)?;
-        f.write_all(&bytes).at("write", &mpath)?;
-        f.sync_all().at("fsync", &mpath)?;
+        let mut f = fs::File::create(&mpath)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
         sync_dir(&staging.dir)?;
         let dest = self.entry_dir(&staging.key);
         if dest.exists() {
             self.evict(&staging.key)?;
         }
-        fs::rename(&staging.dir, &dest).at("rename into place", &dest)?;
+        fs::rename(&staging.dir, &dest)?;
         staging.published = true;
         sync_dir(&self.root.join("entries"))?;
         Ok(manifest)
@@ -367,8 +367,8 @@ impl LocalStore {
             .root
             .join("tmp")
             .join(format!("evicted.{}.{}", key.to_hex(), now_ns()));
-        fs::rename(&dir, &aside).at("rename aside", &dir)?;
-        fs::remove_dir_all(&aside).at("remove", &aside)?;
+        fs::rename(&dir, &aside)?;
+        fs::remove_dir_all(&aside)?;
         Ok(())
     }
 
@@ -376,8 +376,8 @@ impl LocalStore {
     pub fn entries(&self) -> Result<Vec<EntryInfo>> {
         let dir = self.root.join("entries");
         let mut out = Vec::new();
-        for e in fs::read_dir(&dir).at("list", &dir)? {
-            let e = e.at("list", &dir)?;
+        for e in fs::read_dir(&dir)? {
+            let e = e?;
             let name = e.file_name();
             let Some(key) = name.to_str().and_then(Digest::from_hex) else {
                 continue;
@@ -403,12 +403,12 @@ impl LocalStore {
     pub(crate) fn clear_tmp(&self) -> Result<(u64, u64)> {
         let dir = self.root.join("tmp");
         let (bytes, files) = du(&dir)?;
-        for e in fs::read_dir(&dir).at("list", &dir)? {
-            let p = e.at("list", &dir)?.path();
+        for e in fs::read_dir(&dir)? {
+            let p = e?.path();
             if p.is_dir() {
-                fs::remove_dir_all(&p).at("remove", &p)?;
+                fs::remove_dir_all(&p)?;
             } else {
-                fs::remove_file(&p).at("remove", &p)?;
+                fs::remove_file(&p)?;
             }
         }
         Ok((bytes, files))
@@ -420,7 +420,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let parent = path
         .parent()
         .ok_or_else(|| Error::Internal(format!("{} has no parent", path.display())))?;
-    fs::create_dir_all(parent).at("create", parent)?;
+    fs::create_dir_all(parent)?;
     let tmp = parent.join(format!(
         ".{}.{}.{}.tmp",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
@@ -428,15 +428,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         now_ns()
     ));
     let result = (|| {
-        let mut f = fs::File::create(&tmp).at("create", &tmp)?;
-        f.write_all(bytes).at("write", &tmp)?;
-        f.sync_all().at("fsync", &tmp)?;
-        fs::rename(&tmp, path).at("rename into place", path)
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result
+    Ok(result?)
 }
 
 fn record_artifact(
@@ -445,14 +445,14 @@ fn record_artifact(
     name: &str,
     known: &BTreeMap<String, (u64, Digest)>,
 ) -> Result<ArtifactRecord> {
-    let meta = fs::symlink_metadata(path).at("stat", path)?;
+    let meta = fs::symlink_metadata(path)?;
     let mut files = Vec::new();
     if meta.is_dir() {
         let mut stack = vec![path.to_path_buf()];
         while let Some(d) = stack.pop() {
-            for e in fs::read_dir(&d).at("list", &d)? {
-                let p = e.at("list", &d)?.path();
-                let m = fs::symlink_metadata(&p).at("stat", &p)?;
+            for e in fs::read_dir(&d)? {
+                let p = e?.path();
+                let m = fs::symlink_metadata(&p)?;
                 if m.is_dir() {
                     stack.push(p);
                 } else {
@@ -484,9 +484,9 @@ fn record_file(
     path: &Path,
     known: &BTreeMap<String, (u64, Digest)>,
 ) -> Result<FileRecord> {
-    let f = fs::File::open(path).at("open", path)?;
-    f.sync_all().at("fsync", path)?;
-    let meta = f.metadata().at("stat", path)?;
+    let f = fs::File::open(path)?;
+    f.sync_all()?;
+    let meta = f.metadata()?;
     let rel = path
         .strip_prefix(out)
         .map_err(|_| Error::Internal(format!("{} outside {}", path.display(), out.display())))?;
@@ -508,7 +508,7 @@ fn record_file(
 }
 
 /// Modification time in ns since the epoch (0 when the platform has none).
-pub(crate) fn mtime_ns(meta: &fs::Metadata) -> u64 {
+pub(crate) fn mtime_ns(meta: &std::fs::Metadata) -> u64 {
     meta.modified()
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
@@ -530,8 +530,8 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    let f = fs::File::open(dir).at("open", dir)?;
-    f.sync_all().at("fsync", dir)
+    let f = fs::File::open(dir)?;
+    Ok(f.sync_all()?)
 }
 
 /// Bytes and files under `path`.
@@ -545,8 +545,8 @@ pub(crate) fn du(path: &Path) -> Result<(u64, u64)> {
             Err(_) => continue,
         };
         if meta.is_dir() {
-            for e in fs::read_dir(&d).at("list", &d)? {
-                stack.push(e.at("list", &d)?.path());
+            for e in fs::read_dir(&d)? {
+                stack.push(e?.path());
             }
         } else {
             bytes += meta.len();

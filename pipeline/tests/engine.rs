@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use onebit_pipeline::demo::{DEMO_EDGES, SyntheticStage};
 use onebit_pipeline::{
-    Error, Graph, Input, NullReporter, RunOptions, Stage, StageContext, StageError, Status, Store,
-    run_graph,
+    Error, Graph, Input, NullReporter, RunOptions, Stage, StageContext, StageError, StageId,
+    Status, Store, run_graph,
 };
 
 fn store() -> (tempfile::TempDir, Store) {
@@ -62,11 +62,8 @@ struct Probe {
 }
 
 impl Stage for Probe {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn version(&self) -> u32 {
-        1
+    fn id(&self) -> StageId<'_> {
+        StageId::new(&self.name, 1)
     }
     fn inputs(&self) -> Vec<Input> {
         self.parents

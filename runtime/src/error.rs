@@ -5,17 +5,9 @@ use std::path::PathBuf;
 /// A runtime error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// An I/O operation failed.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// Where.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// An I/O operation failed; the message names the operation and the path (fs-err's).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
     /// The pack is malformed or does not match its manifest.
     #[error("pack {}: {what}", pack.display())]
     Pack {
@@ -86,16 +78,11 @@ impl Error {
     }
 }
 
-pub(crate) trait IoContext<T> {
-    fn at(self, op: &'static str, path: &std::path::Path) -> Result<T>;
-}
-
-impl<T> IoContext<T> for std::io::Result<T> {
-    fn at(self, op: &'static str, path: &std::path::Path) -> Result<T> {
-        self.map_err(|source| Error::Io {
-            op,
-            path: path.to_path_buf(),
-            source,
-        })
-    }
+/// An I/O error of an operation fs-err does not wrap (a memory map, a temporary file's rename),
+/// worded as fs-err words its own: "failed to OP `PATH`: CAUSE".
+pub(crate) fn io_at(e: std::io::Error, op: &str, path: &std::path::Path) -> std::io::Error {
+    std::io::Error::new(
+        e.kind(),
+        format!("failed to {op} `{}`: {e}", path.display()),
+    )
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 pub use onebit_pack::manifest::*;
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result, io_at};
 
 /// A tensor's place in the mapped file.
 #[derive(Clone, Debug)]
@@ -35,7 +35,7 @@ pub struct Pack {
     pub manifest: Manifest,
     mmap: Mmap,
     /// `model.q4nx` itself, for positioned reads of scattered rows ([`Pack::read_into`]).
-    file: std::fs::File,
+    file: fs_err::File,
     /// The streamed ranges of `mmap`, copied to memory advised to huge pages.
     resident: Option<Resident>,
     stored: BTreeMap<String, Stored>,
@@ -46,7 +46,7 @@ impl Pack {
     /// Opens `dir`; refuses an unverified pack unless `allow_unverified`.
     pub fn open(dir: &Path, allow_unverified: bool) -> Result<Pack> {
         let mpath = dir.join("manifest.json");
-        let text = std::fs::read(&mpath).at("read", &mpath)?;
+        let text = fs_err::read(&mpath)?;
         let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| Error::Pack {
             pack: dir.to_path_buf(),
             what: format!("manifest.json: {e}"),
@@ -79,17 +79,17 @@ impl Pack {
             });
         }
         let wpath = dir.join("model.q4nx");
-        let file = std::fs::File::open(&wpath).at("open", &wpath)?;
+        let file = fs_err::File::open(&wpath)?;
         // SAFETY: read-only map of a store entry that is never written after it is published
         // (entries are replaced by rename, which leaves this mapping intact).
-        let mmap = unsafe { Mmap::map(&file) }.at("mmap", &wpath)?;
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| io_at(e, "map file", &wpath))?;
         let stored = parse_header(dir, &mmap)?;
         let scan = match &manifest.head_scan {
             Some(h) => {
                 let spath = dir.join(&h.file);
-                let file = std::fs::File::open(&spath).at("open", &spath)?;
+                let file = fs_err::File::open(&spath)?;
                 // SAFETY: as for model.q4nx.
-                let map = unsafe { Mmap::map(&file) }.at("mmap", &spath)?;
+                let map = unsafe { Mmap::map(&file) }.map_err(|e| io_at(e, "map file", &spath))?;
                 let want = crate::kernels::scan::matrix_bytes(h.rows as usize, h.k as usize);
                 if map.len() != want {
                     return Err(Error::Pack {
@@ -168,7 +168,12 @@ impl Pack {
         #[cfg(unix)]
         {
             use std::os::unix::fs::FileExt;
-            if self.file.read_exact_at(out, range.start as u64).is_ok() {
+            if self
+                .file
+                .file()
+                .read_exact_at(out, range.start as u64)
+                .is_ok()
+            {
                 return;
             }
         }
@@ -305,7 +310,7 @@ impl Resident {
         let mut m = memmap2::MmapOptions::new()
             .len(at)
             .map_anon()
-            .at("map anonymous memory for", what)?;
+            .map_err(|e| io_at(e, "map anonymous memory for", what))?;
         // Advice only: a kernel that declines it still gives working memory.
         #[cfg(target_os = "linux")]
         let _ = m.advise(memmap2::Advice::HugePage);
@@ -316,7 +321,9 @@ impl Resident {
                 .zip(src[r.clone()].par_chunks(1 << 21))
                 .for_each(|(d, s)| d.copy_from_slice(s));
         }
-        let map = m.make_read_only().at("seal the copy of", what)?;
+        let map = m
+            .make_read_only()
+            .map_err(|e| io_at(e, "seal the copy of", what))?;
         let resident = Resident { map, spans };
         resident.release_file_pages(src);
         Ok(Some(resident))

@@ -6,17 +6,9 @@ use std::path::PathBuf;
 /// Everything a stage's domain code can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// An I/O operation failed.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// Where.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// An I/O operation failed; the message names the operation and the path (fs-err's).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
     /// A file's bytes contradict its own format (header, offsets, sizes).
     #[error("{}{}: {what}", file.display(), tensor.as_ref().map(|t| format!(": {t}")).unwrap_or_default())]
     Corrupt {
@@ -72,18 +64,11 @@ impl Error {
     }
 }
 
-/// Attaches an operation and a path to an I/O error.
-pub trait IoContext<T> {
-    /// Wraps the error.
-    fn at(self, op: &'static str, path: &std::path::Path) -> Result<T>;
-}
-
-impl<T> IoContext<T> for std::io::Result<T> {
-    fn at(self, op: &'static str, path: &std::path::Path) -> Result<T> {
-        self.map_err(|source| Error::Io {
-            op,
-            path: path.to_path_buf(),
-            source,
-        })
-    }
+/// An I/O error of an operation fs-err does not wrap (a memory map, a temporary file's rename),
+/// worded as fs-err words its own: "failed to OP `PATH`: CAUSE".
+pub fn io_at(e: std::io::Error, op: &str, path: &std::path::Path) -> std::io::Error {
+    std::io::Error::new(
+        e.kind(),
+        format!("failed to {op} `{}`: {e}", path.display()),
+    )
 }

@@ -66,16 +66,19 @@ pub const PREFILL_BATCH: u64 = 256;
 
 /// The current version of every import stage, for `status`.
 pub fn stage_versions() -> BTreeMap<String, u32> {
-    BTreeMap::from([
-        ("detect".to_string(), DetectStage::VERSION),
-        ("dequant".to_string(), DequantStage::VERSION),
-        ("verify".to_string(), VerifyStage::VERSION),
-        ("fetch".to_string(), FetchStage::VERSION),
-        ("repack".to_string(), RepackStage::VERSION),
-        ("repair".to_string(), RepairStage::VERSION),
-        ("kernels".to_string(), KernelSetStage::VERSION),
-        ("semantics".to_string(), SemanticsStage::VERSION),
-    ])
+    [
+        DetectStage::ID,
+        DequantStage::ID,
+        VerifyStage::ID,
+        FetchStage::ID,
+        RepackStage::ID,
+        RepairStage::ID,
+        KernelSetStage::ID,
+        SemanticsStage::ID,
+    ]
+    .into_iter()
+    .map(|id| (id.name.to_string(), id.version))
+    .collect()
 }
 
 /// Builds the import graph for `source`, refusing a folder without `model.q4nx`. `host` is the

@@ -196,7 +196,7 @@ pub fn kernel_set(
     // The kernel set describes what a pack needs whatever its verdict or host support: read the
     // manifest itself, then ask the runtime whether and how the host runs it.
     let mpath = pack_dir.join("manifest.json");
-    let manifest: Manifest = std::fs::read(&mpath)
+    let manifest: Manifest = fs_err::read(&mpath)
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
         .map_err(|e| Error::Refused {

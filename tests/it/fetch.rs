@@ -4,6 +4,7 @@
 //! compatibility with the real `huggingface_hub` client both ways.
 
 use crate::hub_server;
+use crate::support::RunOk;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -430,19 +431,13 @@ fn huggingface_hub_and_onebit_pipe_share_one_cache_both_ways() {
     let (server, commit) = HubServer::start(REPO, repo_files());
     // 1. huggingface_hub downloads; onebit-pipe then finds every file offline.
     let env = Env::new();
-    let py = Command::new("python3")
+    Command::new("python3")
         .env("HF_HOME", env.hf.path())
         .env("HF_ENDPOINT", &server.url)
         .env_remove("HF_HUB_OFFLINE")
         .env("HF_HUB_DISABLE_XET", "1")
         .args(["-c", &format!("from huggingface_hub import snapshot_download; print(snapshot_download({REPO:?}, revision='main'))")])
-        .output()
-        .expect("python");
-    assert!(
-        py.status.success(),
-        "{}",
-        String::from_utf8_lossy(&py.stderr)
-    );
+        .run_ok();
     let out = env
         .cmd()
         .env("HF_HUB_OFFLINE", "1")
@@ -464,13 +459,7 @@ fn huggingface_hub_and_onebit_pipe_share_one_cache_both_ways() {
         .args(["-c", &format!(
             "import os\nfrom huggingface_hub import snapshot_download\np = snapshot_download({REPO:?}, revision='main', local_files_only=True)\nprint('\\n'.join(sorted(os.path.relpath(os.path.join(d, f), p) for d, _, fs in os.walk(p) for f in fs)))"
         )])
-        .output()
-        .expect("python");
-    assert!(
-        py.status.success(),
-        "{}",
-        String::from_utf8_lossy(&py.stderr)
-    );
+        .run_ok();
     let listed: Vec<String> = String::from_utf8_lossy(&py.stdout)
         .lines()
         .map(str::to_string)

@@ -3,6 +3,7 @@
 //! `generate` on the host. Marked #[ignore] for needing the 253 MB GGUF; scripts/test.sh runs
 //! them.
 
+use crate::support::RunOk;
 use std::path::Path;
 use std::process::Command;
 
@@ -16,14 +17,7 @@ fn bin(home: &Path) -> Command {
 }
 
 fn ok(c: &mut Command) -> String {
-    let out = c.output().expect("run onebit-pipe");
-    assert!(
-        out.status.success(),
-        "{c:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = c.run_ok();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

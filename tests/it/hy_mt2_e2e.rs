@@ -9,6 +9,7 @@
 
 use crate::hub_server;
 use crate::support;
+use crate::support::RunOk;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -106,13 +107,7 @@ fn hy_mt2_is_fetched_verified_and_answers_a_translation_through_the_openai_clien
         ])
         .args(["--ids", &ids_json, "--reference"])
         .arg(&gguf)
-        .output()
-        .expect("eval");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .run_ok();
     let eval: Value = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

@@ -5,6 +5,7 @@
 //! proves the console check sees one. Marked #[ignore] for needing Chromium: scripts/test.sh
 //! installs it and runs these.
 
+use crate::support::RunOk;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -28,7 +29,7 @@ fn load(page: &Path, shot: &Path) -> Loaded {
     let profile = tempfile::tempdir().expect("profile");
     let url = format!("file://{}", page.display());
     let run = |extra: &[String]| {
-        let out = Command::new(chromium())
+        Command::new(chromium())
             .args([
                 "--headless",
                 "--no-sandbox",
@@ -42,14 +43,7 @@ fn load(page: &Path, shot: &Path) -> Loaded {
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .args(extra)
             .arg(&url)
-            .output()
-            .expect("chromium runs");
-        assert!(
-            out.status.success(),
-            "chromium: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+            .run_ok()
     };
     let shot_run = run(&[format!("--screenshot={}", shot.display())]);
     let dom_run = run(&["--dump-dom".to_string()]);

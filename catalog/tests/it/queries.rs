@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use onebit_catalog::{Catalog, Format};
 use onebit_pipeline::{
-    Graph, Input, NullReporter, RunOptions, Stage, StageContext, StageError, Store, run_graph,
+    Graph, Input, NullReporter, RunOptions, Stage, StageContext, StageError, StageId, Store,
+    run_graph,
 };
 
 fn examples_dir() -> PathBuf {
@@ -126,11 +127,8 @@ struct ReaderStage {
 }
 
 impl Stage for ReaderStage {
-    fn name(&self) -> &str {
-        "dequant"
-    }
-    fn version(&self) -> u32 {
-        self.version
+    fn id(&self) -> StageId<'_> {
+        StageId::new("dequant", self.version)
     }
     fn inputs(&self) -> Vec<Input> {
         vec![
@@ -143,7 +141,7 @@ impl Stage for ReaderStage {
     }
     fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
         use onebit_stages::stage::dequant::tensor_stats_table;
-        use onebit_stages::stage::write_parquet;
+        use onebit_stages::stage::write_tables;
         use onebit_stages::stats::tensor::tensor_stats;
         let c = onebit_stages::format::q4nx::Container::open(ctx.input("model")?)?;
         let g = onebit_stages::layout::geometry::Geometry::from_file(ctx.input("config")?)?;
@@ -162,12 +160,9 @@ impl Stage for ReaderStage {
             .iter()
             .map(|l| tensor_stats(&c, l))
             .collect::<Result<_, _>>()?;
-        let dir = ctx.output("tables");
-        std::fs::create_dir_all(&dir)?;
-        write_parquet(
-            &dir.join("tensor_stats.parquet"),
-            "tensor_stats",
-            &tensor_stats_table(&stats)?,
+        write_tables(
+            &ctx.output("tables"),
+            &[("tensor_stats", tensor_stats_table(&stats)?)],
         )?;
         Ok(())
     }

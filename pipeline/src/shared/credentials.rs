@@ -120,7 +120,7 @@ pub fn resolve_with(env: &dyn Fn(&str) -> Option<String>) -> Resolved {
     }
     let profile = env("AWS_PROFILE").unwrap_or_else(|| "default".into());
     if let Some(path) = home_file(env, "AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials")
-        && let Ok(text) = std::fs::read_to_string(&path)
+        && let Ok(text) = fs_err::read_to_string(&path)
         && let Some(sec) = parse_ini(&text).get(&profile)
     {
         for (k, what) in [
@@ -139,7 +139,7 @@ pub fn resolve_with(env: &dyn Fn(&str) -> Option<String>) -> Resolved {
         }
     }
     if let Some(path) = home_file(env, "AWS_CONFIG_FILE", ".aws/config")
-        && let Ok(text) = std::fs::read_to_string(&path)
+        && let Ok(text) = fs_err::read_to_string(&path)
     {
         let name = if profile == "default" {
             "default".to_string()
@@ -178,12 +178,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let creds = dir.path().join("credentials");
         let config = dir.path().join("config");
-        std::fs::write(
+        fs_err::write(
             &creds,
             "[default]\naws_access_key_id = FILE-DEFAULT\n[team]\naws_access_key_id = FILE-TEAM\naws_secret_access_key = S-TEAM\n",
         )
         .expect("write");
-        std::fs::write(
+        fs_err::write(
             &config,
             "[profile team]\nregion = eu-north-1\nendpoint_url = http://127.0.0.1:9000\n",
         )

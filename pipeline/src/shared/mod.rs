@@ -27,12 +27,12 @@ pub mod gc;
 pub mod lease;
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::{Read, Write};
 use std::path::Path as FsPath;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fs_err as fs;
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
@@ -40,7 +40,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 use serde::{Deserialize, Serialize};
 
 use crate::digest::Digest;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::ref_record::RefRecord;
 use crate::store::{LocalStore, Manifest, STORE_FORMAT_DIR, now_ns};
 
@@ -169,10 +169,11 @@ impl SharedStore {
             .thread_name("onebit-shared-store")
             .enable_all()
             .build()
-            .map_err(|source| Error::Io {
-                op: "start",
-                path: "tokio runtime".into(),
-                source,
+            .map_err(|e| {
+                Error::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("failed to start the tokio runtime: {e}"),
+                ))
             })?;
         let store = SharedStore {
             url: url.trim_end_matches('/').to_string(),
@@ -489,7 +490,7 @@ impl SharedStore {
         for (name, art) in &shared.manifest.outputs {
             if art.is_dir {
                 let d = out.join(name);
-                fs::create_dir_all(&d).at("create", &d)?;
+                fs::create_dir_all(&d)?;
             }
             for f in &art.files {
                 let dest = out.join(safe_rel(&self.url, key, &f.path)?);
@@ -537,12 +538,12 @@ impl SharedStore {
         f: &crate::store::FileRecord,
     ) -> Result<()> {
         if let Some(parent) = dest.parent() {
-            fs::create_dir_all(parent).at("create", parent)?;
+            fs::create_dir_all(parent)?;
         }
         if f.size > PART_BYTES as u64 {
             return self.download_ranged(loc, dest, key, f);
         }
-        let mut file = fs::File::create(dest).at("create", dest)?;
+        let mut file = fs::File::create(dest)?;
         let mut hasher = blake3::Hasher::new();
         let mut size = 0u64;
         let r = self.block(async {
@@ -559,7 +560,7 @@ impl SharedStore {
         self.fetched(r, "get", loc, key, f)?;
         let digest = Digest(*hasher.finalize().as_bytes());
         self.same_as_manifest(key, f, size, digest)?;
-        file.sync_all().at("fsync", dest)
+        Ok(file.sync_all()?)
     }
 
     /// Maps the outcome of fetching `loc`: an absent object is a damaged entry (its manifest names
@@ -618,9 +619,9 @@ impl SharedStore {
         key: &Digest,
         f: &crate::store::FileRecord,
     ) -> Result<()> {
-        use std::os::unix::fs::FileExt;
-        let file = fs::File::create(dest).at("create", dest)?;
-        file.set_len(f.size).at("allocate", dest)?;
+        use fs_err::os::unix::fs::FileExt;
+        let file = fs::File::create(dest)?;
+        file.set_len(f.size)?;
         let part = PART_BYTES as u64;
         let ranges: Vec<std::ops::Range<u64>> = (0..f.size.div_ceil(part))
             .map(|i| i * part..((i + 1) * part).min(f.size))
@@ -651,8 +652,8 @@ impl SharedStore {
             Ok::<_, object_store::Error>(())
         });
         self.fetched(r, "get range", loc, key, f)?;
-        file.sync_all().at("fsync", dest)?;
-        let size = fs::metadata(dest).at("stat", dest)?.len();
+        file.sync_all()?;
+        let size = fs::metadata(dest)?.len();
         let digest = Digest::of_file(dest)?;
         self.same_as_manifest(key, f, size, digest)?;
         Ok(())
@@ -660,12 +661,12 @@ impl SharedStore {
 
     /// Uploads one local file: one PUT up to [`PART_BYTES`], else a multipart upload.
     fn upload(&self, src: &FsPath, loc: &Path) -> Result<()> {
-        let size = fs::metadata(src).at("stat", src)?.len();
+        let size = fs::metadata(src)?.len();
         if size <= PART_BYTES as u64 {
-            let bytes = fs::read(src).at("read", src)?;
+            let bytes = fs::read(src)?;
             return self.put(loc, bytes);
         }
-        let mut file = fs::File::open(src).at("open", src)?;
+        let mut file = fs::File::open(src)?;
         let r = self.block(async {
             let upload = self.os.put_multipart(loc).await?;
             let mut w = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);

@@ -97,17 +97,9 @@ pub enum HubError {
         /// What is wrong.
         what: String,
     },
-    /// Local I/O.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        /// Operation.
-        op: &'static str,
-        /// Path.
-        path: std::path::PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Local I/O (fs-err's message: the operation and the path).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 impl HubError {
@@ -341,16 +333,11 @@ impl HubClient {
             self.endpoint,
             percent_encode_path(&file.path)
         );
-        let io = |op, e| HubError::Io {
-            op,
-            path: partial.to_path_buf(),
-            source: e,
-        };
         let mut meta = DownloadMeta::default();
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let have = std::fs::metadata(partial).map(|m| m.len()).unwrap_or(0);
+            let have = fs_err::metadata(partial).map(|m| m.len()).unwrap_or(0);
             if file.size == Some(have) && have > 0 {
                 return Ok(meta);
             }
@@ -360,15 +347,14 @@ impl HubClient {
                 .or_else(|| resp.header("ETag"))
                 .map(|e| e.trim_start_matches("W/").trim_matches('"').to_string());
             let status = resp.status();
-            let mut out = std::fs::OpenOptions::new()
+            let mut out = fs_err::OpenOptions::new()
                 .create(true)
                 .append(true)
-                .open(partial)
-                .map_err(|e| io("open", e))?;
+                .open(partial)?;
             let mut written = have;
             if status == 200 && have > 0 {
                 // The server ignored the range: start over.
-                out.set_len(0).map_err(|e| io("truncate", e))?;
+                out.set_len(0)?;
                 written = 0;
             } else if status == 416 {
                 return Ok(meta);
@@ -387,7 +373,7 @@ impl HubClient {
                     progress(written);
                 }
             })();
-            out.flush().map_err(|e| io("write", e))?;
+            out.flush()?;
             match result {
                 Ok(()) if file.size.is_none_or(|s| s == written) => return Ok(meta),
                 Ok(()) => {

@@ -79,17 +79,9 @@ pub enum FetchError {
     /// Bad input names.
     #[error("refused: {0}")]
     Refused(String),
-    /// Local I/O.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        /// Operation.
-        op: &'static str,
-        /// Path.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Local I/O (fs-err's message: the operation and the path).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 impl FetchError {
@@ -103,14 +95,6 @@ impl FetchError {
             FetchError::Hub(h) => h.is_refusal(),
             _ => false,
         }
-    }
-}
-
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> FetchError + 'a {
-    move |source| FetchError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
     }
 }
 
@@ -138,7 +122,7 @@ pub fn resolve(
         let commit = if is_commit(revision) {
             revision.to_string()
         } else {
-            std::fs::read_to_string(dir.join("refs").join(revision))
+            fs_err::read_to_string(dir.join("refs").join(revision))
                 .map(|c| c.trim().to_string())
                 .map_err(|_| not_cached(format!("no refs/{revision}")))?
         };
@@ -149,9 +133,9 @@ pub fn resolve(
         let mut files = Vec::new();
         let mut stack = vec![snapshot.clone()];
         while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).map_err(io("list", &d))? {
-                let p = e.map_err(io("list", &d))?.path();
-                let meta = std::fs::metadata(&p).map_err(io("stat", &p))?;
+            for e in fs_err::read_dir(&d)? {
+                let p = e?.path();
+                let meta = fs_err::metadata(&p)?;
                 if meta.is_dir() {
                     stack.push(p);
                 } else {
@@ -217,11 +201,11 @@ pub struct EnsureReport {
 }
 
 fn sha256_file(path: &Path) -> Result<String, FetchError> {
-    let mut f = std::fs::File::open(path).map_err(io("open", path))?;
+    let mut f = fs_err::File::open(path)?;
     let mut h = sha2::Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).map_err(io("read", path))?;
+        let n = f.read(&mut buf)?;
         if n == 0 {
             break;
         }
@@ -252,8 +236,8 @@ pub fn ensure_snapshot(
 ) -> Result<EnsureReport, FetchError> {
     let dir = repo_dir(cache, &r.repo);
     let blobs = dir.join("blobs");
-    std::fs::create_dir_all(&blobs).map_err(io("create", &blobs))?;
-    std::fs::create_dir_all(&r.snapshot).map_err(io("create", &r.snapshot))?;
+    fs_err::create_dir_all(&blobs)?;
+    fs_err::create_dir_all(&r.snapshot)?;
     let total: u64 = r.files.iter().filter_map(|f| f.size).sum();
     let done = AtomicU64::new(0);
     let report = Mutex::new(EnsureReport::default());
@@ -297,13 +281,13 @@ pub fn ensure_snapshot(
         return Err(e);
     }
     let refs = dir.join("refs");
-    std::fs::create_dir_all(&refs).map_err(io("create", &refs))?;
+    fs_err::create_dir_all(&refs)?;
     if !is_commit(&r.revision) {
         let rf = refs.join(&r.revision);
         if let Some(parent) = rf.parent() {
-            std::fs::create_dir_all(parent).map_err(io("create", parent))?;
+            fs_err::create_dir_all(parent)?;
         }
-        std::fs::write(&rf, &r.commit).map_err(io("write", &rf))?;
+        fs_err::write(&rf, &r.commit)?;
     }
     let mut rep = report.into_inner().unwrap_or_default();
     rep.downloaded.sort();
@@ -322,7 +306,7 @@ fn ensure_one(
 ) -> Result<(bool, u64), FetchError> {
     validate_repo_path(&f.path).map_err(FetchError::Refused)?;
     let target = r.snapshot.join(&f.path);
-    if let Ok(meta) = std::fs::metadata(&target)
+    if let Ok(meta) = fs_err::metadata(&target)
         && f.size.is_none_or(|s| s == meta.len())
     {
         let now = done.fetch_add(meta.len(), Ordering::Relaxed) + meta.len();
@@ -358,11 +342,9 @@ fn ensure_one(
             total,
         })
     })?;
-    let got = std::fs::metadata(&partial)
-        .map_err(io("stat", &partial))?
-        .len();
+    let got = fs_err::metadata(&partial)?.len();
     let bad = |what: String| {
-        let _ = std::fs::remove_file(&partial);
+        let _ = fs_err::remove_file(&partial);
         FetchError::Integrity {
             repo: r.repo.clone(),
             path: f.path.clone(),
@@ -387,17 +369,17 @@ fn ensure_one(
         .or(meta.etag.clone())
         .unwrap_or(provisional);
     let blob = blobs.join(&blob_name);
-    std::fs::rename(&partial, &blob).map_err(io("rename", &blob))?;
+    fs_err::rename(&partial, &blob)?;
     if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(io("create", parent))?;
+        fs_err::create_dir_all(parent)?;
     }
     let depth = f.path.matches('/').count();
     let link = relative_link(depth).join(&blob_name);
-    let _ = std::fs::remove_file(&target);
+    let _ = fs_err::remove_file(&target);
     #[cfg(unix)]
-    std::os::unix::fs::symlink(&link, &target).map_err(io("symlink", &target))?;
+    fs_err::os::unix::fs::symlink(&link, &target)?;
     #[cfg(not(unix))]
-    std::fs::copy(&blob, &target).map_err(io("copy", &target))?;
+    fs_err::copy(&blob, &target)?;
     done.fetch_add(got, Ordering::Relaxed);
     Ok((true, meta.transferred))
 }
@@ -409,13 +391,14 @@ pub fn record_files(r: &Resolved) -> Result<Vec<FetchedFile>, FetchError> {
     let mut out = Vec::new();
     for (path, f) in listed {
         let p = r.snapshot.join(path);
-        let size = std::fs::metadata(&p).map_err(io("stat", &p))?.len();
+        let size = fs_err::metadata(&p)?.len();
         let sha256 = match &f.sha256 {
             Some(s) => s.clone(),
             None => sha256_file(&p)?,
         };
         let mut h = blake3::Hasher::new();
-        h.update_mmap_rayon(&p).map_err(io("hash", &p))?;
+        h.update_mmap_rayon(&p)
+            .map_err(|e| crate::error::io_at(e, "hash file", &p))?;
         out.push(FetchedFile {
             path: path.to_string(),
             size,

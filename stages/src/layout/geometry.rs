@@ -163,11 +163,7 @@ fn flatten(config: &Value) -> Map<String, Value> {
 impl Geometry {
     /// Reads the geometry from a config.json file.
     pub fn from_file(path: &Path) -> Result<Geometry> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            op: "read",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = fs_err::read(path)?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| Error::Config {
             file: path.to_path_buf(),
             reason: format!("not JSON: {e}"),

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::config::{Cfg, Cx, Log, fmt_f};
-use super::family::{self, FamilyRules, RopeCx, Window};
+use super::family::{self, Layers, RopeCx, Spec, Window};
 use super::rope::{Rope, RopeScaling, param, rope_block};
 use super::{Activation, LayerKind, LinearDims, MAX_LAYERS, Refusal, Semantics, SideFiles, tokens};
 
@@ -141,9 +141,8 @@ pub fn derive(config: &Value, side: &SideFiles<'_>) -> Result<Semantics, Refusal
             "config.json is not a JSON object",
         )
     })?;
-    let (rules, model_type) = family::family_of(top)?;
-    let family = rules.family();
-    let defaults = rules.defaults();
+    let (spec, model_type) = family::family_of(top)?;
+    let (family, defaults, rules) = (spec.family, &spec.defaults, spec.rules);
     let cfg = Cfg::new(top);
     let mut log = Log {
         decisions: Vec::new(),
@@ -342,7 +341,11 @@ pub fn derive(config: &Value, side: &SideFiles<'_>) -> Result<Semantics, Refusal
             };
         }
         kind_source = src;
-    } else if let Some(src) = rules.layer_pattern(&mut cx, &mut kinds, &window)? {
+    } else if let Some(src) = rules.layer_pattern(Layers {
+        cx: &mut cx,
+        kinds: &mut kinds,
+        window: &window,
+    })? {
         kind_source = src;
     }
     rules.fix_layer_kinds(&mut cx, &mut kinds);
@@ -381,7 +384,7 @@ pub fn derive(config: &Value, side: &SideFiles<'_>) -> Result<Semantics, Refusal
     let conv_kernel = short_conv_kernel(&mut cx, &kinds)?;
 
     // RoPE, q/k norm, norm form.
-    let rope = derive_rope(rules, &mut cx, d, &kinds)?;
+    let rope = derive_rope(spec, &mut cx, d, &kinds)?;
     let qk_norm = rules.qk_norm(&mut cx);
     let norm_form = rules.norm_form(&mut cx);
 
@@ -682,7 +685,7 @@ fn linear_dims(cx: &mut Cx<'_, '_>, kinds: &[LayerKind]) -> Result<Option<Linear
 /// The RoPE of every layer kind present: the shared reading of θ, the rotated share and the
 /// scaling block, with the family's rules for its scaling types.
 fn derive_rope(
-    rules: &dyn FamilyRules,
+    spec: &Spec,
     cx: &mut Cx<'_, '_>,
     d: u64,
     kinds: &[LayerKind],
@@ -698,14 +701,14 @@ fn derive_rope(
         };
         let b = rope_block(cx.cfg, Some(v5_key));
         let (theta, theta_src) = b.theta.clone().unwrap_or((
-            rules.rope_theta(kind),
+            spec.rules.rope_theta(kind),
             format!("default ({mt}): rope_theta absent"),
         ));
         let partial = param(b.params, "partial_rotary_factor")
             .map(|p| (p, format!("{}.partial_rotary_factor", b.src)))
             .or_else(|| cx.cfg.f64("partial_rotary_factor"))
-            .or(rules
-                .defaults()
+            .or(spec
+                .defaults
                 .partial_rotary_factor
                 .map(|p| (p, format!("default ({mt}): partial_rotary_factor absent"))));
         let mut rotary_dim = d;
@@ -728,7 +731,7 @@ fn derive_rope(
             head_dim: d,
             scaling_src: None,
         };
-        let scaling = match rules.rope_scaling(&mut r) {
+        let scaling = match spec.rules.rope_scaling(&mut r) {
             Some(s) => s?,
             None if b.ty == "default" => RopeScaling::None,
             None => {

@@ -13,9 +13,9 @@ use arrow_array::builder::{
     BooleanBuilder, Float32Builder, Float64Builder, StringBuilder, UInt32Builder, UInt64Builder,
 };
 use arrow_schema::{DataType, Field};
-use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_pipeline::{Input, Stage, StageContext, StageError, StageId};
 
-use super::{batch, write_parquet};
+use super::{batch, write_tables};
 use crate::error::Result;
 use crate::format::q4nx::Container;
 use crate::layout::{Layout, TensorLayout};
@@ -28,17 +28,12 @@ pub struct DequantStage {
 }
 
 impl DequantStage {
-    /// Bumped whenever the tables written for the same input can change.
-    pub const VERSION: u32 = 1;
+    /// The stage's name and version; the version is bumped whenever the tables written for the same
+    /// input can change.
+    pub const ID: StageId<'static> = StageId::new("dequant", 1);
 }
 
 impl Stage for DequantStage {
-    fn name(&self) -> &str {
-        "dequant"
-    }
-    fn version(&self) -> u32 {
-        Self::VERSION
-    }
     fn inputs(&self) -> Vec<Input> {
         let mut v = vec![
             Input::external("model", &self.model),
@@ -53,7 +48,7 @@ impl Stage for DequantStage {
     fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
         let container = Container::open(ctx.input("model")?)?;
         let layouts: Vec<TensorLayout> =
-            serde_json::from_slice(&std::fs::read(ctx.input("layouts")?)?)?;
+            serde_json::from_slice(&fs_err::read(ctx.input("layouts")?)?)?;
         let total: u64 = layouts.iter().map(|l| l.bytes).sum();
         let mut done = 0;
         let mut stats = Vec::with_capacity(layouts.len());
@@ -62,24 +57,18 @@ impl Stage for DequantStage {
             done += l.bytes;
             ctx.progress(done, total);
         }
-        let dir = ctx.output("tables");
-        std::fs::create_dir_all(&dir)?;
-        write_parquet(
-            &dir.join("tensors.parquet"),
-            "tensors",
-            &tensors_table(&layouts)?,
-        )?;
-        write_parquet(
-            &dir.join("tensor_stats.parquet"),
-            "tensor_stats",
-            &tensor_stats_table(&stats)?,
-        )?;
-        write_parquet(
-            &dir.join("block_stats.parquet"),
-            "block_stats",
-            &block_stats_table(&stats)?,
+        write_tables(
+            &ctx.output("tables"),
+            &[
+                ("tensors", tensors_table(&layouts)?),
+                ("tensor_stats", tensor_stats_table(&stats)?),
+                ("block_stats", block_stats_table(&stats)?),
+            ],
         )?;
         Ok(())
+    }
+    fn id(&self) -> StageId<'_> {
+        Self::ID
     }
 }
 

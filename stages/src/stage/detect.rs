@@ -1,7 +1,7 @@
 //! The detect stage: each tensor's tile kind, grid, padded K and signedness, with the evidence
 //! ([`crate::layout::detect`]).
 
-use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_pipeline::{Input, Stage, StageContext, StageError, StageId};
 
 use super::RepoInputs;
 use crate::format::gguf::GgufFile;
@@ -16,22 +16,17 @@ pub struct DetectStage {
 }
 
 impl DetectStage {
-    /// Bumped whenever the decisions written for the same input can change.
+    /// The stage's name and version; the version is bumped whenever the decisions written for the
+    /// same input can change.
     /// v2: a GGUF reference decides readings no byte and no in-pack test can.
     /// v3: LFM2's short-convolution layers (`conv_in_proj`/`conv_out_proj` geometry and names) and
     /// the family's auto-adjusted FFN width.
     /// v4: Qwen3.5's gated-DeltaNet layers (`linear_qkv_proj`, `linear_z_proj`,
     /// `linear_alpha_beta_proj`, `linear_out_proj` geometry from the `linear_*` config keys).
-    pub const VERSION: u32 = 4;
+    pub const ID: StageId<'static> = StageId::new("detect", 4);
 }
 
 impl Stage for DetectStage {
-    fn name(&self) -> &str {
-        "detect"
-    }
-    fn version(&self) -> u32 {
-        Self::VERSION
-    }
     fn inputs(&self) -> Vec<Input> {
         self.repo.inputs(&[])
     }
@@ -48,8 +43,11 @@ impl Stage for DetectStage {
             tracing::debug!(tensor = %l.name, decision = %l.decision);
         }
         let out = serde_json::to_vec_pretty(&layouts)?;
-        std::fs::write(ctx.output("layouts.json"), out)?;
+        fs_err::write(ctx.output("layouts.json"), out)?;
         Ok(())
+    }
+    fn id(&self) -> StageId<'_> {
+        Self::ID
     }
 }
 

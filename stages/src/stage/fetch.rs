@@ -9,7 +9,7 @@ use std::sync::Arc;
 use arrow_array::builder::{BooleanBuilder, StringBuilder, UInt64Builder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_pipeline::{Input, Stage, StageContext, StageError, StageId};
 use serde::{Deserialize, Serialize};
 
 use super::write_parquet;
@@ -53,17 +53,12 @@ pub struct FetchStage {
 }
 
 impl FetchStage {
-    /// Bumped whenever the manifest or table written for the same snapshot can change.
-    pub const VERSION: u32 = 1;
+    /// The stage's name and version; the version is bumped whenever the manifest or table written
+    /// for the same snapshot can change.
+    pub const ID: StageId<'static> = StageId::new("fetch", 1);
 }
 
 impl Stage for FetchStage {
-    fn name(&self) -> &str {
-        "fetch"
-    }
-    fn version(&self) -> u32 {
-        Self::VERSION
-    }
     fn params(&self) -> serde_json::Value {
         serde_json::json!({ "repo": self.info.repo, "revision": self.info.revision, "commit": self.info.commit })
     }
@@ -99,7 +94,7 @@ impl Stage for FetchStage {
             commit: self.info.commit.clone(),
             files,
         };
-        std::fs::write(
+        fs_err::write(
             ctx.output("manifest.json"),
             serde_json::to_vec_pretty(&manifest)?,
         )?;
@@ -109,6 +104,9 @@ impl Stage for FetchStage {
             &files_table(&manifest)?,
         )?;
         Ok(())
+    }
+    fn id(&self) -> StageId<'_> {
+        Self::ID
     }
 }
 

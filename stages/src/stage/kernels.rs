@@ -9,9 +9,9 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 use onebit_pack::host::HostRuntime;
-use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_pipeline::{Input, Stage, StageContext, StageError, StageId};
 
-use super::write_parquet;
+use super::write_tables;
 use crate::error::{Error, Result};
 use crate::format::axlf;
 use crate::kernel_set::{KernelSet, Shape, kernel_set};
@@ -90,14 +90,14 @@ pub struct KernelSetStage {
 }
 
 impl KernelSetStage {
-    /// Bumped when the output changes meaning.
-    pub const VERSION: u32 = 1;
+    /// The stage's name and version; the version is bumped when the output changes meaning.
+    pub const ID: StageId<'static> = StageId::new("kernels", 1);
 
     /// `*.xclbin` files directly under each of `dirs`, sorted.
     pub fn find_xclbins(dirs: &[PathBuf]) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = dirs
             .iter()
-            .filter_map(|d| std::fs::read_dir(d).ok())
+            .filter_map(|d| fs_err::read_dir(d).ok())
             .flatten()
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "xclbin"))
@@ -108,12 +108,6 @@ impl KernelSetStage {
 }
 
 impl Stage for KernelSetStage {
-    fn name(&self) -> &str {
-        "kernels"
-    }
-    fn version(&self) -> u32 {
-        Self::VERSION
-    }
     fn params(&self) -> serde_json::Value {
         serde_json::json!({ "batch": self.batch })
     }
@@ -133,21 +127,18 @@ impl Stage for KernelSetStage {
         let mut artifacts = Vec::new();
         for i in 0..self.xclbins.len() {
             let f = ctx.input(&format!("xclbin{i}"))?.to_path_buf();
-            let b = std::fs::read(&f)?;
+            let b = fs_err::read(&f)?;
             let mut x = axlf::parse(&self.xclbins[i], &b)?;
             x.file = self.xclbins[i].clone();
             artifacts.push(x);
         }
         let set = kernel_set(&pack, &artifacts, self.batch, self.host.as_ref())?;
         tracing::info!(set = %set.name, shapes = set.shapes.len(), missing = set.missing().len(), "kernel set");
-        std::fs::write(ctx.output("kernels.json"), serde_json::to_vec_pretty(&set)?)?;
-        let tables = ctx.output("tables");
-        std::fs::create_dir_all(&tables)?;
-        write_parquet(
-            &tables.join("kernels.parquet"),
-            "kernels",
-            &kernels_table(&set)?,
-        )?;
+        fs_err::write(ctx.output("kernels.json"), serde_json::to_vec_pretty(&set)?)?;
+        write_tables(&ctx.output("tables"), &[("kernels", kernels_table(&set)?)])?;
         Ok(())
+    }
+    fn id(&self) -> StageId<'_> {
+        Self::ID
     }
 }

@@ -1,5 +1,5 @@
 //! The import stages, one file each, named as [`crate::stage_versions`] names them. Each holds
-//! only its `Stage` impl (inputs, params, version with its bump log) and the tables it writes; the
+//! only its `Stage` impl (inputs, params, its `ID`: name and version with its bump log) and the tables it writes; the
 //! work is the domain code's ([`crate::format`], [`crate::semantics`], [`crate::layout`],
 //! [`crate::stats`], [`crate::verify`], [`crate::model_spec`], [`crate::kernel_set`]), which never
 //! depends on a stage. [`crate::graph`] wires them.
@@ -91,17 +91,23 @@ pub(crate) fn batch(
     })
 }
 
+/// Writes each `(name, batch)` as `dir/name.parquet`, creating `dir`: the `tables` folder a stage
+/// hands the catalog, one file per table.
+pub fn write_tables(dir: &Path, tables: &[(&'static str, RecordBatch)]) -> Result<()> {
+    fs_err::create_dir_all(dir)?;
+    for (name, batch) in tables {
+        write_parquet(&dir.join(format!("{name}.parquet")), name, batch)?;
+    }
+    Ok(())
+}
+
 /// Writes a batch as a Parquet file.
 pub fn write_parquet(path: &Path, table: &'static str, batch: &RecordBatch) -> Result<()> {
     let err = |e: parquet::errors::ParquetError| Error::Table {
         table,
         reason: e.to_string(),
     };
-    let file = std::fs::File::create(path).map_err(|source| Error::Io {
-        op: "create",
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let file = fs_err::File::create(path)?;
     let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).map_err(err)?;
     w.write(batch).map_err(err)?;
     w.close().map_err(err)?;

@@ -14,7 +14,7 @@ use onebit_pack::manifest::{
     EMBEDDING_NAMES, FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Provenance, VERSION, Verification,
 };
 use onebit_pack::{TileLayout, scan};
-use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_pipeline::{Input, Stage, StageContext, StageError, StageId};
 
 use crate::error::{Error, Result};
 use crate::format::q4nx::{Container, Dtype};
@@ -40,7 +40,8 @@ pub struct RepackStage {
 }
 
 impl RepackStage {
-    /// Bumped whenever the pack written for the same input can change.
+    /// The stage's name and version; the version is bumped whenever the pack written for the same
+    /// input can change.
     /// v2: a tied head stored as tiles gets the host's 2-bit scan head (`head-scan.bin`).
     /// v3: the scan head removed (it ranked right but ran compute-bound); v4 restored it, with
     /// the scan kernels that made it pay.
@@ -50,16 +51,10 @@ impl RepackStage {
     /// decisions), and the pack holds the repaired bytes when the graph repairs.
     /// v7: LFM2 packs: the model spec's short-convolution layers beside attention.
     /// v8: Qwen3.5 packs: the model spec's gated-DeltaNet layers.
-    pub const VERSION: u32 = 8;
+    pub const ID: StageId<'static> = StageId::new("repack", 8);
 }
 
 impl Stage for RepackStage {
-    fn name(&self) -> &str {
-        "repack"
-    }
-    fn version(&self) -> u32 {
-        Self::VERSION
-    }
     fn params(&self) -> serde_json::Value {
         serde_json::json!({ "format": FORMAT, "version": VERSION })
     }
@@ -90,10 +85,10 @@ impl Stage for RepackStage {
     }
     fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
         let model = ctx.input("model")?.to_path_buf();
-        let sem: Semantics = serde_json::from_slice(&std::fs::read(ctx.input("semantics")?)?)?;
+        let sem: Semantics = serde_json::from_slice(&fs_err::read(ctx.input("semantics")?)?)?;
         let layouts: Vec<TensorLayout> =
-            serde_json::from_slice(&std::fs::read(ctx.input("layouts")?)?)?;
-        let verdict: PackVerdict = serde_json::from_slice(&std::fs::read(
+            serde_json::from_slice(&fs_err::read(ctx.input("layouts")?)?)?;
+        let verdict: PackVerdict = serde_json::from_slice(&fs_err::read(
             ctx.input("verification")?.join("verdict.json"),
         )?)?;
         let names: std::collections::BTreeSet<&str> =
@@ -109,15 +104,15 @@ impl Stage for RepackStage {
             Err(e) => return Err(e.into()),
         };
         let out = ctx.output("pack");
-        std::fs::create_dir_all(&out)?;
+        fs_err::create_dir_all(&out)?;
         let target = out.join("model.q4nx");
         // A fetched snapshot's files are relative symlinks into the blob store: link the blob
         // itself (linking the symlink would leave a dangling one in the pack).
-        let real = std::fs::canonicalize(&model)?;
-        if std::fs::hard_link(&real, &target).is_err() {
-            std::fs::copy(&real, &target)?;
+        let real = fs_err::canonicalize(&model)?;
+        if fs_err::hard_link(&real, &target).is_err() {
+            fs_err::copy(&real, &target)?;
         }
-        std::fs::copy(ctx.input("tokenizer")?, out.join("tokenizer.json"))?;
+        fs_err::copy(ctx.input("tokenizer")?, out.join("tokenizer.json"))?;
         let mut files = BTreeMap::new();
         for (name, path) in [
             ("model.q4nx", model.clone()),
@@ -130,7 +125,7 @@ impl Stage for RepackStage {
         // The template the semantics stage found: the file wins over tokenizer_config.json.
         let chat_template = match sem.chat_template.as_str() {
             "file:chat_template.jinja" => {
-                std::fs::read_to_string(self.dir.join("chat_template.jinja")).ok()
+                fs_err::read_to_string(self.dir.join("chat_template.jinja")).ok()
             }
             "tokenizer_config:chat_template" => read_template_from_config(&self.dir),
             _ => None,
@@ -160,7 +155,7 @@ impl Stage for RepackStage {
             decisions: all_decisions,
             head_scan: None,
         };
-        std::fs::write(
+        fs_err::write(
             out.join("manifest.json"),
             serde_json::to_vec_pretty(&manifest)?,
         )?;
@@ -169,13 +164,16 @@ impl Stage for RepackStage {
         if let Some((scan, decision)) = head_scan(&out, &manifest)? {
             manifest.head_scan = Some(scan);
             manifest.decisions.push(decision);
-            std::fs::write(
+            fs_err::write(
                 out.join("manifest.json"),
                 serde_json::to_vec_pretty(&manifest)?,
             )?;
         }
         tracing::info!(pack = %out.display(), verified = verdict.verified, "re-packed");
         Ok(())
+    }
+    fn id(&self) -> StageId<'_> {
+        Self::ID
     }
 }
 
@@ -208,7 +206,7 @@ fn head_scan(out: &Path, manifest: &Manifest) -> Result<Option<(HeadScan, String
     }
     let bytes = scan::encode_bf16(weights.data(emb), rows, k, 1.0 / spec.tied_head_divisor);
     let path = out.join(HEAD_SCAN_FILE);
-    std::fs::write(&path, &bytes)?;
+    fs_err::write(&path, &bytes)?;
     let entry = HeadScan {
         file: HEAD_SCAN_FILE.into(),
         rows: rows as u64,
@@ -227,7 +225,7 @@ fn head_scan(out: &Path, manifest: &Manifest) -> Result<Option<(HeadScan, String
 
 fn read_template_from_config(dir: &Path) -> Option<String> {
     let v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("tokenizer_config.json")).ok()?).ok()?;
+        serde_json::from_slice(&fs_err::read(dir.join("tokenizer_config.json")).ok()?).ok()?;
     v.get("chat_template")
         .and_then(|t| t.as_str())
         .map(str::to_string)

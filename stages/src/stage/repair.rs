@@ -10,12 +10,12 @@
 
 use std::io::{Seek, SeekFrom, Write};
 
-use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_pipeline::{Input, Stage, StageContext, StageError, StageId};
 
 use super::RepoInputs;
 use super::detect::reference_of;
 use super::verify::{verify_container, write_verification};
-use crate::error::{Error, IoContext};
+use crate::error::Error;
 use crate::format::q4nx::Container;
 use crate::layout::TensorLayout;
 use crate::layout::detect::detect_pack_with;
@@ -29,17 +29,12 @@ pub struct RepairStage {
 }
 
 impl RepairStage {
-    /// Bumped whenever the repaired bytes or the verdict written for the same input can change.
-    pub const VERSION: u32 = 1;
+    /// The stage's name and version; the version is bumped whenever the repaired bytes or the
+    /// verdict written for the same input can change.
+    pub const ID: StageId<'static> = StageId::new("repair", 1);
 }
 
 impl Stage for RepairStage {
-    fn name(&self) -> &str {
-        "repair"
-    }
-    fn version(&self) -> u32 {
-        Self::VERSION
-    }
     fn params(&self) -> serde_json::Value {
         serde_json::json!({ "tie_rows": self.tie_rows })
     }
@@ -61,7 +56,7 @@ impl Stage for RepairStage {
         let model = ctx.input("model")?.to_path_buf();
         let container = Container::open(&model)?;
         let layouts: Vec<TensorLayout> =
-            serde_json::from_slice(&std::fs::read(ctx.input("layouts")?)?)?;
+            serde_json::from_slice(&fs_err::read(ctx.input("layouts")?)?)?;
         let geometry = self.repo.geometry(ctx)?;
         let gguf = self.repo.gguf(ctx)?;
         let config = self.repo.config(ctx)?;
@@ -94,17 +89,17 @@ impl Stage for RepairStage {
         let verification = ctx.output("verification");
         if planned.is_empty() {
             // Nothing broken: the pack passes through as it is.
-            let real = std::fs::canonicalize(&model)?;
-            if std::fs::hard_link(&real, &out_model).is_err() {
-                std::fs::copy(&real, &out_model)?;
+            let real = fs_err::canonicalize(&model)?;
+            if fs_err::hard_link(&real, &out_model).is_err() {
+                fs_err::copy(&real, &out_model)?;
             }
-            std::fs::copy(ctx.input("layouts")?, ctx.output("layouts.json"))?;
+            fs_err::copy(ctx.input("layouts")?, ctx.output("layouts.json"))?;
             let from = ctx.input("verification")?.to_path_buf();
-            std::fs::create_dir_all(&verification)?;
+            fs_err::create_dir_all(&verification)?;
             for f in ["verification.parquet", "verdict.json"] {
-                std::fs::copy(from.join(f), verification.join(f))?;
+                fs_err::copy(from.join(f), verification.join(f))?;
             }
-            std::fs::write(ctx.output("repairs.json"), b"[]\n")?;
+            fs_err::write(ctx.output("repairs.json"), b"[]\n")?;
             return Ok(());
         }
 
@@ -134,17 +129,14 @@ impl Stage for RepairStage {
             patches.push((container.header().data_start() + info.begin, bytes));
             repaired.push(report);
         }
-        std::fs::copy(&model, &out_model).at("copy", &out_model)?;
+        fs_err::copy(&model, &out_model)?;
         {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&out_model)
-                .at("open", &out_model)?;
+            let mut f = fs_err::OpenOptions::new().write(true).open(&out_model)?;
             for (offset, bytes) in &patches {
-                f.seek(SeekFrom::Start(*offset)).at("seek", &out_model)?;
-                f.write_all(bytes).at("write", &out_model)?;
+                f.seek(SeekFrom::Start(*offset))?;
+                f.write_all(bytes)?;
             }
-            f.sync_all().at("sync", &out_model)?;
+            f.sync_all()?;
         }
 
         // The repaired bytes are judged like any pack's: detected and verified again.
@@ -184,16 +176,19 @@ impl Stage for RepairStage {
                 .join(", "),
             verdict.summary
         );
-        std::fs::write(
+        fs_err::write(
             ctx.output("layouts.json"),
             serde_json::to_vec_pretty(&fixed_layouts)?,
         )?;
         write_verification(&verification, &rows, &verdict)?;
-        std::fs::write(
+        fs_err::write(
             ctx.output("repairs.json"),
             serde_json::to_vec_pretty(&repaired)?,
         )?;
         tracing::info!(verdict = %verdict.summary);
         Ok(())
+    }
+    fn id(&self) -> StageId<'_> {
+        Self::ID
     }
 }

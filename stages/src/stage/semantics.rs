@@ -8,10 +8,10 @@ use std::sync::Arc;
 use arrow_array::builder::{BooleanBuilder, Float64Builder, StringBuilder, UInt64Builder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field};
-use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_pipeline::{Input, Stage, StageContext, StageError, StageId};
 use serde_json::Value;
 
-use super::{batch, write_parquet};
+use super::{batch, write_tables};
 use crate::error::{Error, Result};
 use crate::format::q4nx::Container;
 use crate::semantics::{LayerKind, Semantics, SideFiles, derive};
@@ -31,11 +31,7 @@ pub fn semantics_of_dir(dir: &Path) -> Result<Semantics> {
         if !p.is_file() {
             return Ok(None);
         }
-        let bytes = std::fs::read(&p).map_err(|source| Error::Io {
-            op: "read",
-            path: p.clone(),
-            source,
-        })?;
+        let bytes = fs_err::read(&p)?;
         serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| Error::Config {
@@ -74,17 +70,12 @@ pub struct SemanticsStage {
 }
 
 impl SemanticsStage {
-    /// Bumped whenever the decisions written for the same input can change.
-    pub const VERSION: u32 = 2;
+    /// The stage's name and version; the version is bumped whenever the decisions written for the
+    /// same input can change.
+    pub const ID: StageId<'static> = StageId::new("semantics", 2);
 }
 
 impl Stage for SemanticsStage {
-    fn name(&self) -> &str {
-        "semantics"
-    }
-    fn version(&self) -> u32 {
-        Self::VERSION
-    }
     fn inputs(&self) -> Vec<Input> {
         let mut v = vec![
             Input::external("config", self.dir.join("config.json")),
@@ -120,23 +111,21 @@ impl Stage for SemanticsStage {
         for d in &sem.decisions {
             tracing::debug!(decision = %d);
         }
-        std::fs::write(
+        fs_err::write(
             ctx.output("semantics.json"),
             serde_json::to_vec_pretty(&sem)?,
         )?;
-        let tables = ctx.output("tables");
-        std::fs::create_dir_all(&tables)?;
-        write_parquet(
-            &tables.join("semantics.parquet"),
-            "semantics",
-            &semantics_table(&sem)?,
-        )?;
-        write_parquet(
-            &tables.join("layers.parquet"),
-            "layers",
-            &layers_table(&sem)?,
+        write_tables(
+            &ctx.output("tables"),
+            &[
+                ("semantics", semantics_table(&sem)?),
+                ("layers", layers_table(&sem)?),
+            ],
         )?;
         Ok(())
+    }
+    fn id(&self) -> StageId<'_> {
+        Self::ID
     }
 }
 

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use onebit_pipeline::{Input, Stage, StageContext, StageError};
+use onebit_pipeline::{Input, Stage, StageContext, StageError, StageId};
 
 use super::RepoInputs;
 use super::semantics::semantics_of_dir;
-use super::write_parquet;
+use super::write_tables;
 use crate::error::{Error, Result};
 use crate::format::gguf::GgufFile;
 use crate::format::q4nx::Container;
@@ -24,7 +24,8 @@ pub struct VerifyStage {
 }
 
 impl VerifyStage {
-    /// Bumped whenever the table or verdict written for the same input can change.
+    /// The stage's name and version; the version is bumped whenever the table or verdict written
+    /// for the same input can change.
     /// v2: "same source" needs codes the tile holds natively (requantized tensors are judged
     /// against the expected correlation of the two quantization noises).
     /// v3: the tied-head fit of a head with signed codes is bounded by the symmetric 4-bit floor
@@ -38,16 +39,10 @@ impl VerifyStage {
     /// the GGUF stores transposed (a convolution kernel) is compared column for row.
     /// v7: a tensor whose last row block holds rows past the real ones (a vocabulary off the
     /// tile's row block) says so in its reason: how many rows are stored and what they are.
-    pub const VERSION: u32 = 7;
+    pub const ID: StageId<'static> = StageId::new("verify", 7);
 }
 
 impl Stage for VerifyStage {
-    fn name(&self) -> &str {
-        "verify"
-    }
-    fn version(&self) -> u32 {
-        Self::VERSION
-    }
     fn params(&self) -> serde_json::Value {
         serde_json::json!({ "tie_rows": self.tie_rows })
     }
@@ -61,7 +56,7 @@ impl Stage for VerifyStage {
     fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
         let container = Container::open(ctx.input("model")?)?;
         let layouts: Vec<TensorLayout> =
-            serde_json::from_slice(&std::fs::read(ctx.input("layouts")?)?)?;
+            serde_json::from_slice(&fs_err::read(ctx.input("layouts")?)?)?;
         let geometry = self.repo.geometry(ctx)?;
         let gguf = self.repo.gguf(ctx)?;
         let config = self.repo.config(ctx)?;
@@ -76,6 +71,9 @@ impl Stage for VerifyStage {
         write_verification(&ctx.output("verification"), &rows, &verdict)?;
         tracing::info!(verdict = %verdict.summary);
         Ok(())
+    }
+    fn id(&self) -> StageId<'_> {
+        Self::ID
     }
 }
 
@@ -122,22 +120,9 @@ pub(crate) fn write_verification(
     rows: &[VerifyRow],
     verdict: &PackVerdict,
 ) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-        op: "create",
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    write_parquet(
-        &dir.join("verification.parquet"),
-        "verification",
-        &verification_table(rows)?,
-    )?;
+    write_tables(dir, &[("verification", verification_table(rows)?)])?;
     let json = serde_json::to_vec_pretty(verdict).map_err(|e| Error::Internal(e.to_string()))?;
-    std::fs::write(dir.join("verdict.json"), json).map_err(|source| Error::Io {
-        op: "write",
-        path: dir.join("verdict.json"),
-        source,
-    })
+    Ok(fs_err::write(dir.join("verdict.json"), json)?)
 }
 
 /// The `verification` table.

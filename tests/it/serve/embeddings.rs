@@ -1,6 +1,7 @@
 //! `POST /v1/embeddings`: OpenAI's shapes, and the vectors against transformers' own final hidden
 //! states (recovered from the oracles' reference logits, `tests/support/embed_ref.py`).
 
+use crate::support::RunOk;
 use std::path::Path;
 use std::process::Command;
 
@@ -130,13 +131,7 @@ fn embeddings_match_transformers_hidden_states_on_the_oracles() {
                 .arg(&gguf)
                 .arg(oracle(case).join("reference.json"))
                 .args(["q4_0", pooling])
-                .output()
-                .expect("python3");
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+                .run_ok();
             let want: Value = serde_json::from_slice(&out.stdout).expect("JSON");
             let residual = want["residual"].as_f64().expect("residual");
             assert!(

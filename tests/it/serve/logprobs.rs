@@ -2,6 +2,7 @@
 //! the one `onebit-pipe eval --ids` scores for the same token after the same ids, and the
 //! streamed numbers are the whole reply's.
 
+use crate::support::RunOk;
 use std::process::Command;
 
 use serde_json::{Value, json};
@@ -19,13 +20,7 @@ fn eval(s: &Served, ids: &[u64]) -> (Vec<f64>, u64) {
         .arg("--reference")
         .arg(fixture("llama-q41/model.gguf"))
         .args(["--ids", &json!(ids).to_string(), "-t", "1"])
-        .output()
-        .expect("eval");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .run_ok();
     let v: Value = serde_json::from_slice(&out.stdout).expect("eval json");
     let lps = v["token_logprobs"]
         .as_array()

@@ -169,7 +169,7 @@ pub fn demo_pack() -> PathBuf {
         }
         let tmp = root.join(format!("{}.tmp-{}", &key[..16], std::process::id()));
         std::fs::create_dir_all(repo(&tmp).parent().expect("parent")).expect("mkdir");
-        let out = Command::new(bin)
+        Command::new(bin)
             .env("ONEBIT_HOME", tmp.join("home"))
             .args(["-q", "convert", "--gguf"])
             .arg(gemma_gguf())
@@ -177,14 +177,7 @@ pub fn demo_pack() -> PathBuf {
             .arg(repo(&tmp))
             .args(["--tile", "auto", "--calibrate"])
             .arg(&calibration)
-            .output()
-            .expect("run convert");
-        assert!(
-            out.status.success(),
-            "convert failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .run_ok();
         let _ = std::fs::remove_dir_all(tmp.join("home"));
         std::fs::rename(&tmp, &done).expect("publish the demo pack");
     }
@@ -205,4 +198,27 @@ pub fn chromium() -> PathBuf {
         }
     }
     panic!("no chromium on PATH (apt-get install chromium, or set ONEBIT_CHROMIUM)");
+}
+
+/// Runs a command to completion and fails the test, with the command, its status and both
+/// streams, unless it succeeded: the check every end-to-end test makes after a child process.
+pub trait RunOk {
+    /// The command's output, after asserting that it exited 0.
+    fn run_ok(&mut self) -> std::process::Output;
+}
+
+impl RunOk for Command {
+    fn run_ok(&mut self) -> std::process::Output {
+        let out = self
+            .output()
+            .unwrap_or_else(|e| panic!("{self:?} did not start: {e}"));
+        assert!(
+            out.status.success(),
+            "{self:?} failed ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
 }

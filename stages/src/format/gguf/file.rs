@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 
 use super::dtype::GgmlType;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result, io_at};
 
 /// Longest string accepted (chat templates reach tens of kilobytes).
 pub const MAX_STRING: u64 = 16 << 20;
@@ -358,10 +358,10 @@ impl GgufHeader {
 impl GgufFile {
     /// Maps and parses `path`.
     pub fn open(path: &Path) -> Result<GgufFile> {
-        let file = std::fs::File::open(path).at("open", path)?;
+        let file = fs_err::File::open(path)?;
         // SAFETY: read-only map of a file that is only ever replaced by rename (see the q4nx
         // container for the same reasoning).
-        let mmap = unsafe { Mmap::map(&file) }.at("mmap", path)?;
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| io_at(e, "map file", path))?;
         let header = GgufHeader::parse(path, &mmap)?;
         Ok(GgufFile {
             path: path.to_path_buf(),

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use serde_json::Value;
 
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result, io_at};
 
 /// Headers longer than this are refused as absurd (the largest real packs use well under 1 MB).
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
@@ -301,11 +301,11 @@ pub struct Container {
 impl Container {
     /// Maps `path` and validates its header.
     pub fn open(path: &Path) -> Result<Container> {
-        let file = std::fs::File::open(path).at("open", path)?;
+        let file = fs_err::File::open(path)?;
         // SAFETY: the map is read-only; a concurrent writer truncating the file could fault
         // reads, which is the documented risk of memory-mapping, accepted for files in the store
         // and in repo snapshots that are only ever replaced by rename.
-        let mmap = unsafe { Mmap::map(&file) }.at("mmap", path)?;
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| io_at(e, "map file", path))?;
         let header = Header::parse(path, &mmap)?;
         Ok(Container {
             path: path.to_path_buf(),

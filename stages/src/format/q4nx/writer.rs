@@ -11,7 +11,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use super::container::Dtype;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result, io_at};
 
 /// One tensor to write: its header entry. The bytes come from the producer given to
 /// [`write_container`].
@@ -80,13 +80,15 @@ pub fn write_container(
     mut produce: impl FnMut(usize, &mut dyn Write) -> Result<()>,
 ) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = tempfile::NamedTempFile::new_in(dir).at("create temporary file in", dir)?;
+    let tmp = tempfile::NamedTempFile::new_in(dir)
+        .map_err(|e| io_at(e, "create a temporary file in", dir))?;
     {
-        let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
+        // Written through fs-err so that a failed write names the file.
+        let file = fs_err::File::from_parts(tmp.as_file().try_clone()?, tmp.path());
+        let mut w = BufWriter::with_capacity(1 << 20, file);
         let header = header_json(entries);
-        w.write_all(&(header.len() as u64).to_le_bytes())
-            .at("write", path)?;
-        w.write_all(&header).at("write", path)?;
+        w.write_all(&(header.len() as u64).to_le_bytes())?;
+        w.write_all(&header)?;
         for (i, e) in entries.iter().enumerate() {
             let mut counted = Counted {
                 inner: &mut w,
@@ -102,21 +104,19 @@ pub fn write_container(
                 )));
             }
         }
-        w.flush().at("write", path)?;
+        w.flush()?;
     }
-    tmp.as_file().sync_all().at("sync", path)?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| io_at(e, "sync", tmp.path()))?;
     // Temporary files are created 0600; a model file is readable like any other.
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))
-            .at("chmod", path)?;
+        fs_err::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))?;
     }
-    tmp.persist(path).map_err(|e| Error::Io {
-        op: "rename into place",
-        path: path.to_path_buf(),
-        source: e.error,
-    })?;
+    tmp.persist(path)
+        .map_err(|e| io_at(e.error, "rename into place", path))?;
     Ok(())
 }
 

@@ -3,13 +3,29 @@
 //! norms stored as `1+w`, scores scaled by `query_pre_attn_scalar^-1/2`, GELU (tanh), a tied head
 //! and an embedding the pack stores already scaled by √hidden.
 
-use super::{ActivationRule, Defaults, FamilyRules, RopeCx, Window};
+use super::{ActivationRule, Defaults, EmbedScale, FamilyRules, Layers, RopeCx, Spec};
 use crate::semantics::config::{Cx, fmt_f};
 use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Family, LayerKind, Multipliers, NormForm, QkNorm, Refusal};
 
 /// The Gemma 3 family.
 pub(crate) struct Gemma3;
+
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec {
+    wrappers: &["gemma3"],
+    defaults: Defaults {
+        heads: Some(8),
+        kv_heads: Some(4),
+        head_dim: Some(256),
+        vocab: Some(262208),
+        eps: Some(1e-6),
+        tied: true,
+        activation: GEMMA_ACTIVATION,
+        ..Defaults::SHARED
+    },
+    ..Spec::new(Family::Gemma3, &["gemma3", "gemma3_text"], &Gemma3)
+};
 
 /// Gemma's activation key and default (Gemma 3 and 4).
 pub(super) const GEMMA_ACTIVATION: ActivationRule = ActivationRule {
@@ -19,37 +35,8 @@ pub(super) const GEMMA_ACTIVATION: ActivationRule = ActivationRule {
 };
 
 impl FamilyRules for Gemma3 {
-    fn family(&self) -> Family {
-        Family::Gemma3
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["gemma3", "gemma3_text"]
-    }
-
-    fn wrappers(&self) -> &'static [&'static str] {
-        &["gemma3"]
-    }
-
-    fn defaults(&self) -> Defaults {
-        Defaults {
-            heads: Some(8),
-            kv_heads: Some(4),
-            head_dim: Some(256),
-            vocab: Some(262208),
-            eps: Some(1e-6),
-            tied: true,
-            activation: GEMMA_ACTIVATION,
-            ..Defaults::SHARED
-        }
-    }
-
-    fn layer_pattern(
-        &self,
-        cx: &mut Cx<'_, '_>,
-        kinds: &mut [LayerKind],
-        window: &Window,
-    ) -> Result<Option<String>, Refusal> {
+    fn layer_pattern(&self, layers: Layers<'_, '_, '_>) -> Result<Option<String>, Refusal> {
+        let Layers { cx, kinds, window } = layers;
         let (p, s) = cx
             .cfg
             .u64("sliding_window_pattern")
@@ -142,8 +129,8 @@ impl FamilyRules for Gemma3 {
         &self,
         cx: &mut Cx<'_, '_>,
         hidden: u64,
-        _multipliers: Option<&Multipliers>,
-    ) -> (Option<f64>, bool) {
+        _m: Option<&Multipliers>,
+    ) -> EmbedScale {
         let s = (hidden as f64).sqrt();
         cx.log.add("embed_scale", fmt_f(s), "family:gemma3 √hidden; the pack stores the embedding pre-scaled: do not scale the input again", Some("golden"));
         (Some(s), true)

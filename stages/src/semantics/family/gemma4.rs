@@ -3,7 +3,7 @@
 //! a tied head and a √hidden embedding scale; MoE and k=v attention refused.
 
 use super::gemma3::GEMMA_ACTIVATION;
-use super::{Defaults, FamilyRules, RopeCx, Window};
+use super::{Defaults, EmbedScale, FamilyRules, Layers, RopeCx, Spec};
 use crate::semantics::config::{Cx, fmt_f};
 use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Family, LayerKind, Multipliers, QkNorm, Refusal};
@@ -11,34 +11,21 @@ use crate::semantics::{Family, LayerKind, Multipliers, QkNorm, Refusal};
 /// The Gemma 4 family.
 pub(crate) struct Gemma4;
 
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec {
+    wrappers: &["gemma4"],
+    defaults: Defaults {
+        head_dim: Some(256),
+        tied: true,
+        activation: GEMMA_ACTIVATION,
+        ..Defaults::SHARED
+    },
+    ..Spec::new(Family::Gemma4, &["gemma4", "gemma4_text"], &Gemma4)
+};
+
 impl FamilyRules for Gemma4 {
-    fn family(&self) -> Family {
-        Family::Gemma4
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["gemma4", "gemma4_text"]
-    }
-
-    fn wrappers(&self) -> &'static [&'static str] {
-        &["gemma4"]
-    }
-
-    fn defaults(&self) -> Defaults {
-        Defaults {
-            head_dim: Some(256),
-            tied: true,
-            activation: GEMMA_ACTIVATION,
-            ..Defaults::SHARED
-        }
-    }
-
-    fn layer_pattern(
-        &self,
-        _cx: &mut Cx<'_, '_>,
-        kinds: &mut [LayerKind],
-        window: &Window,
-    ) -> Result<Option<String>, Refusal> {
+    fn layer_pattern(&self, layers: Layers<'_, '_, '_>) -> Result<Option<String>, Refusal> {
+        let Layers { kinds, window, .. } = layers;
         let w = window.size.unwrap_or(512);
         let n_layers = kinds.len();
         for (i, k) in kinds.iter_mut().enumerate() {
@@ -114,8 +101,8 @@ impl FamilyRules for Gemma4 {
         &self,
         cx: &mut Cx<'_, '_>,
         hidden: u64,
-        _multipliers: Option<&Multipliers>,
-    ) -> (Option<f64>, bool) {
+        _m: Option<&Multipliers>,
+    ) -> EmbedScale {
         let s = (hidden as f64).sqrt();
         cx.log.add(
             "embed_scale",

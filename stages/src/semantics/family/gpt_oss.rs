@@ -1,7 +1,7 @@
 //! gpt-oss (`GptOssConfig`): alternating sliding/full attention (sliding first), YaRN RoPE with
 //! base 150,000, attention sinks on every layer, and a mixture-of-experts MLP.
 
-use super::{Defaults, FamilyRules, RopeCx, Window};
+use super::{Defaults, FamilyRules, Layers, RopeCx, Spec};
 use crate::semantics::config::{Cx, fmt_f};
 use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Family, LayerKind, Moe, Refusal};
@@ -9,28 +9,18 @@ use crate::semantics::{Family, LayerKind, Moe, Refusal};
 /// The gpt-oss family.
 pub(crate) struct GptOss;
 
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec {
+    defaults: Defaults {
+        attn_sinks: true,
+        ..Defaults::SHARED
+    },
+    ..Spec::new(Family::GptOss, &["gpt_oss"], &GptOss)
+};
+
 impl FamilyRules for GptOss {
-    fn family(&self) -> Family {
-        Family::GptOss
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["gpt_oss"]
-    }
-
-    fn defaults(&self) -> Defaults {
-        Defaults {
-            attn_sinks: true,
-            ..Defaults::SHARED
-        }
-    }
-
-    fn layer_pattern(
-        &self,
-        _cx: &mut Cx<'_, '_>,
-        kinds: &mut [LayerKind],
-        window: &Window,
-    ) -> Result<Option<String>, Refusal> {
+    fn layer_pattern(&self, layers: Layers<'_, '_, '_>) -> Result<Option<String>, Refusal> {
+        let Layers { kinds, window, .. } = layers;
         let w = window.size.unwrap_or(128);
         for (i, k) in kinds.iter_mut().enumerate() {
             if i % 2 == 0 {

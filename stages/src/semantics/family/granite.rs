@@ -1,22 +1,17 @@
 //! Granite (dense, `GraniteConfig`): llama with four multipliers, on the attention scores, the
 //! embedding output, each residual branch and the logits.
 
-use super::FamilyRules;
+use super::{EmbedScale, FamilyRules, Spec};
 use crate::semantics::config::{Cx, fmt_f};
 use crate::semantics::{Family, Multipliers};
 
 /// The Granite family.
 pub(crate) struct Granite;
 
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec::new(Family::Granite, &["granite"], &Granite);
+
 impl FamilyRules for Granite {
-    fn family(&self) -> Family {
-        Family::Granite
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["granite"]
-    }
-
     fn attn_scale(&self, cx: &mut Cx<'_, '_>, head_dim: u64) -> (f64, Option<Multipliers>) {
         let get = |k: &str| cx.cfg.f64(k).map(|v| v.0);
         let (a, e, r, l) = (
@@ -51,8 +46,8 @@ impl FamilyRules for Granite {
         &self,
         _cx: &mut Cx<'_, '_>,
         _hidden: u64,
-        multipliers: Option<&Multipliers>,
-    ) -> (Option<f64>, bool) {
-        (multipliers.map(|m| m.embedding), false)
+        m: Option<&Multipliers>,
+    ) -> EmbedScale {
+        (m.map(|m| m.embedding), false)
     }
 }

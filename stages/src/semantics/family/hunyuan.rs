@@ -3,7 +3,7 @@
 //! `θ·α^(D/(D−2))`), q/k RMSNorm *after* RoPE, and fused attention payloads in q, k, v order.
 //! Biases, cross-layer attention, other norms and MoE are refused.
 
-use super::{FamilyRules, RopeCx};
+use super::{FamilyRules, RopeCx, Spec};
 use crate::semantics::config::{Cx, fmt_f};
 use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Family, Moe, QkNorm, Refusal};
@@ -11,15 +11,10 @@ use crate::semantics::{Family, Moe, QkNorm, Refusal};
 /// The Hunyuan dense family.
 pub(crate) struct Hunyuan;
 
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec::new(Family::Hunyuan, &["hunyuan_v1_dense"], &Hunyuan);
+
 impl FamilyRules for Hunyuan {
-    fn family(&self) -> Family {
-        Family::Hunyuan
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["hunyuan_v1_dense"]
-    }
-
     fn rope_scaling(&self, r: &mut RopeCx<'_, '_, '_>) -> Option<Result<RopeScaling, Refusal>> {
         if r.block.ty != "dynamic" {
             return None;

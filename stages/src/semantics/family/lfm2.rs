@@ -6,33 +6,24 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{Defaults, FamilyRules, Window};
+use super::{Defaults, FamilyRules, Layers, Spec};
 use crate::semantics::config::{Cx, fmt_f};
 use crate::semantics::{Family, LayerKind, QkNorm, Refusal};
 
 /// The LFM2 family.
 pub(crate) struct Lfm2;
 
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec {
+    wrappers: &["lfm2_vl", "lfm2-vl"],
+    defaults: Defaults {
+        tied: true,
+        ..Defaults::SHARED
+    },
+    ..Spec::new(Family::Lfm2, &["lfm2", "lfm2_vl", "lfm2-vl"], &Lfm2)
+};
+
 impl FamilyRules for Lfm2 {
-    fn family(&self) -> Family {
-        Family::Lfm2
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["lfm2", "lfm2_vl", "lfm2-vl"]
-    }
-
-    fn wrappers(&self) -> &'static [&'static str] {
-        &["lfm2_vl", "lfm2-vl"]
-    }
-
-    fn defaults(&self) -> Defaults {
-        Defaults {
-            tied: true,
-            ..Defaults::SHARED
-        }
-    }
-
     fn intermediate(&self, cx: &mut Cx<'_, '_>, declared: (u64, String)) -> (u64, String) {
         let cfg = cx.cfg;
         if cfg.bool("block_auto_adjust_ff_dim").is_some_and(|b| b.0)
@@ -78,12 +69,8 @@ impl FamilyRules for Lfm2 {
         (name == "conv").then_some(LayerKind::Conv)
     }
 
-    fn layer_pattern(
-        &self,
-        cx: &mut Cx<'_, '_>,
-        kinds: &mut [LayerKind],
-        _window: &Window,
-    ) -> Result<Option<String>, Refusal> {
+    fn layer_pattern(&self, layers: Layers<'_, '_, '_>) -> Result<Option<String>, Refusal> {
+        let Layers { cx, kinds, .. } = layers;
         let Some((Value::Array(idx), s)) = cx.cfg.get("full_attn_idxs") else {
             return Ok(None);
         };

@@ -1,22 +1,17 @@
 //! Llama (`LlamaConfig`): llama, Llama 3.x, SmolLM2, R1-Distill-Llama. The shared rules are
 //! llama's; the family adds Llama 3's piecewise RoPE scaling.
 
-use super::{FamilyRules, RopeCx};
+use super::{FamilyRules, RopeCx, Spec};
 use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Family, Refusal};
 
 /// The Llama family.
 pub(crate) struct Llama;
 
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec::new(Family::Llama, &["llama"], &Llama);
+
 impl FamilyRules for Llama {
-    fn family(&self) -> Family {
-        Family::Llama
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["llama"]
-    }
-
     fn rope_scaling(&self, r: &mut RopeCx<'_, '_, '_>) -> Option<Result<RopeScaling, Refusal>> {
         llama3_scaling(r)
     }

@@ -3,7 +3,7 @@
 //! records), behind one small interface, [`FamilyRules`]. Every hook has the rule most families
 //! share as its default, so a family file states only where it differs.
 //!
-//! Adding a family: one new file here and one line in [`REGISTRY`].
+//! Adding a family: one new file here (its [`Spec`] and its rules) and one line in [`REGISTRY`].
 
 mod gemma3;
 mod gemma4;
@@ -26,20 +26,52 @@ use super::rope::{RopeBlock, RopeScaling, param};
 use super::{Family, LayerKind, Moe, Multipliers, NormForm, QkNorm, Refusal};
 
 /// Every family with semantics, in the order `model_type` is looked up.
-pub(crate) const REGISTRY: &[&dyn FamilyRules] = &[
-    &llama::Llama,
-    &nanbeige::Nanbeige,
-    &granite::Granite,
-    &qwen2::Qwen2,
-    &qwen3::Qwen3,
-    &qwen3_5::Qwen3_5,
-    &gemma3::Gemma3,
-    &gemma4::Gemma4,
-    &hunyuan::Hunyuan,
-    &lfm2::Lfm2,
-    &phi3::Phi3,
-    &gpt_oss::GptOss,
+pub(crate) const REGISTRY: &[Spec] = &[
+    llama::SPEC,
+    nanbeige::SPEC,
+    granite::SPEC,
+    qwen2::SPEC,
+    qwen3::SPEC,
+    qwen3_5::SPEC,
+    gemma3::SPEC,
+    gemma4::SPEC,
+    hunyuan::SPEC,
+    lfm2::SPEC,
+    phi3::SPEC,
+    gpt_oss::SPEC,
 ];
+
+/// What names a family and the constants its config class fills in: data, stated once in the
+/// family's file, beside the rules that are code ([`FamilyRules`]).
+pub(crate) struct Spec {
+    /// The family.
+    pub(crate) family: Family,
+    /// The `model_type` values that name it (after unwrapping multimodal wrappers).
+    pub(crate) model_types: &'static [&'static str],
+    /// Outer `model_type`s of multimodal wrappers whose `text_config.model_type` is read instead.
+    pub(crate) wrappers: &'static [&'static str],
+    /// Constant defaults.
+    pub(crate) defaults: Defaults,
+    /// The family's rules.
+    pub(crate) rules: &'static dyn FamilyRules,
+}
+
+impl Spec {
+    /// A family with no wrappers and the shared defaults.
+    pub(crate) const fn new(
+        family: Family,
+        model_types: &'static [&'static str],
+        rules: &'static dyn FamilyRules,
+    ) -> Spec {
+        Spec {
+            family,
+            model_types,
+            wrappers: &[],
+            defaults: Defaults::SHARED,
+            rules,
+        }
+    }
+}
 
 /// Constant defaults of a family: what its config class fills in when config.json omits a key.
 /// `None` means the family has no default of its own (the shared rule applies, or the key is
@@ -111,6 +143,17 @@ pub(crate) struct Window {
     pub(crate) on: bool,
 }
 
+/// What a family's layer pattern reads and changes: the config, the layer kinds (all full
+/// attention on entry) and the sliding window as read.
+pub(crate) struct Layers<'r, 'c, 'a> {
+    /// The config, the log, the model type.
+    pub(crate) cx: &'r mut Cx<'c, 'a>,
+    /// The kinds, one per layer.
+    pub(crate) kinds: &'r mut [LayerKind],
+    /// The sliding window.
+    pub(crate) window: &'r Window,
+}
+
 /// One RoPE block as a family's rules see it: the block read, and the base and its source, which
 /// a family may change (Hunyuan's α stretch, Gemma 3's local base).
 pub(crate) struct RopeCx<'r, 'c, 'a> {
@@ -140,25 +183,12 @@ impl RopeCx<'_, '_, '_> {
     }
 }
 
+/// The embedding output scale, and whether the pack stores the embedding pre-scaled.
+pub(crate) type EmbedScale = (Option<f64>, bool);
+
 /// What one model family adds to, or changes in, the shared reading of a config. The hooks are
 /// called in the order the decision log prints; each default is the rule most families share.
 pub(crate) trait FamilyRules: Sync {
-    /// The family.
-    fn family(&self) -> Family;
-
-    /// The `model_type` values that name it (after unwrapping multimodal wrappers).
-    fn model_types(&self) -> &'static [&'static str];
-
-    /// Outer `model_type`s of multimodal wrappers whose `text_config.model_type` is read instead.
-    fn wrappers(&self) -> &'static [&'static str] {
-        &[]
-    }
-
-    /// Constant defaults.
-    fn defaults(&self) -> Defaults {
-        Defaults::SHARED
-    }
-
     /// The FFN width from the declared one (LFM2 adjusts it).
     fn intermediate(&self, _cx: &mut Cx<'_, '_>, declared: (u64, String)) -> (u64, String) {
         declared
@@ -176,12 +206,7 @@ pub(crate) trait FamilyRules: Sync {
 
     /// The layer pattern when `layer_types` is absent: changes `kinds` (all full attention on
     /// entry) and returns the source of the pattern, or `None` when every layer stays full.
-    fn layer_pattern(
-        &self,
-        _cx: &mut Cx<'_, '_>,
-        _kinds: &mut [LayerKind],
-        _window: &Window,
-    ) -> Result<Option<String>, Refusal> {
+    fn layer_pattern(&self, _layers: Layers<'_, '_, '_>) -> Result<Option<String>, Refusal> {
         Ok(None)
     }
 
@@ -256,8 +281,8 @@ pub(crate) trait FamilyRules: Sync {
         &self,
         _cx: &mut Cx<'_, '_>,
         _hidden: u64,
-        _multipliers: Option<&Multipliers>,
-    ) -> (Option<f64>, bool) {
+        _m: Option<&Multipliers>,
+    ) -> EmbedScale {
         (None, false)
     }
 
@@ -327,15 +352,13 @@ pub(crate) fn qwen_mrope(r: &mut RopeCx<'_, '_, '_>) -> Option<Result<RopeScalin
 
 /// The family of a config, after unwrapping multimodal wrappers (semantics.md §2), with the
 /// `model_type` read.
-pub(crate) fn family_of(
-    top: &Map<String, Value>,
-) -> Result<(&'static dyn FamilyRules, String), Refusal> {
+pub(crate) fn family_of(top: &Map<String, Value>) -> Result<(&'static Spec, String), Refusal> {
     let outer = top.get("model_type").and_then(Value::as_str).unwrap_or("");
     let inner = top
         .get("text_config")
         .and_then(|t| t.get("model_type"))
         .and_then(Value::as_str);
-    let wrapped = REGISTRY.iter().any(|f| f.wrappers().contains(&outer));
+    let wrapped = REGISTRY.iter().any(|f| f.wrappers.contains(&outer));
     let mt = match inner {
         Some(i) if wrapped => i,
         _ => outer,
@@ -348,8 +371,8 @@ pub(crate) fn family_of(
             "config.json has no model_type",
         ));
     }
-    if let Some(f) = REGISTRY.iter().find(|f| f.model_types().contains(&mt)) {
-        return Ok((*f, mt.to_string()));
+    if let Some(f) = REGISTRY.iter().find(|f| f.model_types.contains(&mt)) {
+        return Ok((f, mt.to_string()));
     }
     Err(refused::refusal(mt, top))
 }
@@ -362,18 +385,16 @@ mod tests {
     fn every_family_is_registered_once_and_no_model_type_names_two() {
         let mut seen = std::collections::BTreeMap::new();
         for f in REGISTRY {
-            for mt in f.model_types() {
+            for mt in f.model_types {
                 assert_eq!(
-                    seen.insert(*mt, f.family()),
+                    seen.insert(*mt, f.family),
                     None,
                     "model_type {mt} named twice"
                 );
             }
         }
-        let families: std::collections::BTreeSet<String> = REGISTRY
-            .iter()
-            .map(|f| format!("{:?}", f.family()))
-            .collect();
+        let families: std::collections::BTreeSet<String> =
+            REGISTRY.iter().map(|f| format!("{:?}", f.family)).collect();
         assert_eq!(families.len(), REGISTRY.len());
     }
 }

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{FamilyRules, RopeCx};
+use super::{FamilyRules, RopeCx, Spec};
 use crate::semantics::config::fmt_f;
 use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Family, Refusal};
@@ -11,15 +11,10 @@ use crate::semantics::{Family, Refusal};
 /// The Phi-3 family.
 pub(crate) struct Phi3;
 
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec::new(Family::Phi3, &["phi3"], &Phi3);
+
 impl FamilyRules for Phi3 {
-    fn family(&self) -> Family {
-        Family::Phi3
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["phi3"]
-    }
-
     fn rope_scaling(&self, r: &mut RopeCx<'_, '_, '_>) -> Option<Result<RopeScaling, Refusal>> {
         (r.block.ty == "longrope").then(|| longrope(r))
     }

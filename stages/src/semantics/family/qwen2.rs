@@ -2,7 +2,7 @@
 //! always (none on o_proj), sliding windows from `max_window_layers` on, and multimodal RoPE read
 //! as plain RoPE for text.
 
-use super::{FamilyRules, RopeCx, Window};
+use super::{FamilyRules, Layers, RopeCx, Spec};
 use crate::semantics::config::Cx;
 use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Family, LayerKind, Refusal};
@@ -10,25 +10,19 @@ use crate::semantics::{Family, LayerKind, Refusal};
 /// The Qwen2 family.
 pub(crate) struct Qwen2;
 
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec {
+    wrappers: &["qwen2_5_vl"],
+    ..Spec::new(
+        Family::Qwen2,
+        &["qwen2", "qwen2_5_vl", "qwen2_5_vl_text"],
+        &Qwen2,
+    )
+};
+
 impl FamilyRules for Qwen2 {
-    fn family(&self) -> Family {
-        Family::Qwen2
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["qwen2", "qwen2_5_vl", "qwen2_5_vl_text"]
-    }
-
-    fn wrappers(&self) -> &'static [&'static str] {
-        &["qwen2_5_vl"]
-    }
-
-    fn layer_pattern(
-        &self,
-        cx: &mut Cx<'_, '_>,
-        kinds: &mut [LayerKind],
-        window: &Window,
-    ) -> Result<Option<String>, Refusal> {
+    fn layer_pattern(&self, layers: Layers<'_, '_, '_>) -> Result<Option<String>, Refusal> {
+        let Layers { cx, kinds, window } = layers;
         if !window.on {
             return Ok(None);
         }

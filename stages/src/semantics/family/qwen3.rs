@@ -1,40 +1,31 @@
 //! Qwen3 (`Qwen3Config`, and the text model of Qwen3-VL): head_dim 128 by default, per-head q/k
 //! RMSNorm before RoPE, multimodal RoPE read as plain RoPE for text; sliding windows refused.
 
-use super::{Defaults, FamilyRules, RopeCx, Window};
+use super::{Defaults, FamilyRules, Layers, RopeCx, Spec};
 use crate::semantics::config::Cx;
 use crate::semantics::rope::RopeScaling;
-use crate::semantics::{Family, LayerKind, QkNorm, Refusal};
+use crate::semantics::{Family, QkNorm, Refusal};
 
 /// The Qwen3 family.
 pub(crate) struct Qwen3;
 
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec {
+    wrappers: &["qwen3_vl"],
+    defaults: Defaults {
+        head_dim: Some(128),
+        ..Defaults::SHARED
+    },
+    ..Spec::new(
+        Family::Qwen3,
+        &["qwen3", "qwen3_vl_text", "qwen3_vl"],
+        &Qwen3,
+    )
+};
+
 impl FamilyRules for Qwen3 {
-    fn family(&self) -> Family {
-        Family::Qwen3
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["qwen3", "qwen3_vl_text", "qwen3_vl"]
-    }
-
-    fn wrappers(&self) -> &'static [&'static str] {
-        &["qwen3_vl"]
-    }
-
-    fn defaults(&self) -> Defaults {
-        Defaults {
-            head_dim: Some(128),
-            ..Defaults::SHARED
-        }
-    }
-
-    fn layer_pattern(
-        &self,
-        cx: &mut Cx<'_, '_>,
-        _kinds: &mut [LayerKind],
-        window: &Window,
-    ) -> Result<Option<String>, Refusal> {
+    fn layer_pattern(&self, layers: Layers<'_, '_, '_>) -> Result<Option<String>, Refusal> {
+        let Layers { cx, window, .. } = layers;
         if window.on {
             return Err(Refusal::new(
                 cx.mt,

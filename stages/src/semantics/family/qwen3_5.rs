@@ -3,7 +3,7 @@
 //! each head rotated, q/k RMSNorm before RoPE, norms stored as `1+w`, and a sigmoid output gate in
 //! `q_proj`.
 
-use super::{Defaults, FamilyRules, RopeCx, Window};
+use super::{Defaults, FamilyRules, Layers, RopeCx, Spec};
 use crate::semantics::config::Cx;
 use crate::semantics::rope::RopeScaling;
 use crate::semantics::{Family, LayerKind, NormForm, QkNorm, Refusal};
@@ -11,38 +11,25 @@ use crate::semantics::{Family, LayerKind, NormForm, QkNorm, Refusal};
 /// The Qwen3.5 family.
 pub(crate) struct Qwen3_5;
 
+/// What names the family and what it fills in.
+pub(super) const SPEC: Spec = Spec {
+    wrappers: &["qwen3_5"],
+    defaults: Defaults {
+        head_dim: Some(256),
+        partial_rotary_factor: Some(0.25),
+        attn_output_gate: true,
+        ..Defaults::SHARED
+    },
+    ..Spec::new(Family::Qwen3_5, &["qwen3_5", "qwen3_5_text"], &Qwen3_5)
+};
+
 impl FamilyRules for Qwen3_5 {
-    fn family(&self) -> Family {
-        Family::Qwen3_5
-    }
-
-    fn model_types(&self) -> &'static [&'static str] {
-        &["qwen3_5", "qwen3_5_text"]
-    }
-
-    fn wrappers(&self) -> &'static [&'static str] {
-        &["qwen3_5"]
-    }
-
-    fn defaults(&self) -> Defaults {
-        Defaults {
-            head_dim: Some(256),
-            partial_rotary_factor: Some(0.25),
-            attn_output_gate: true,
-            ..Defaults::SHARED
-        }
-    }
-
     fn layer_type(&self, name: &str) -> Option<LayerKind> {
         (name == "linear_attention").then_some(LayerKind::LinearAttention)
     }
 
-    fn layer_pattern(
-        &self,
-        cx: &mut Cx<'_, '_>,
-        kinds: &mut [LayerKind],
-        _window: &Window,
-    ) -> Result<Option<String>, Refusal> {
+    fn layer_pattern(&self, layers: Layers<'_, '_, '_>) -> Result<Option<String>, Refusal> {
+        let Layers { cx, kinds, .. } = layers;
         let (n, s) = cx
             .cfg
             .u64("full_attention_interval")
