@@ -152,12 +152,48 @@ fn gate_rows_portable(act: crate::spec::Act, g: &mut [f32], u: &[f32]) {
     }
 }
 
-/// Softmax in place (max-subtracted).
+/// Softmax in place (max-subtracted): attention's weights over every key in its window.
+///
+/// eˣ by [`exp_fast`] and the max and the sum kept in eight partial values, combined in one fixed
+/// order, so the loop vectorizes (AVX2 + FMA where the CPU has it) and gives the same bits on
+/// every path. A 4,000-token prefill spent 8 % of its time in libm's scalar `expf` here, beside a
+/// serial sum, before.
 pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    let mut sum = 0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: `simd()` checked AVX2 and FMA.
+        return unsafe { avx2::softmax(x) };
+    }
+    softmax_portable(x)
+}
+
+/// Partial sums (and maxima) [`softmax`] keeps.
+const SOFTMAX_LANES: usize = 8;
+
+#[inline(always)]
+fn softmax_portable(x: &mut [f32]) {
+    const L: usize = SOFTMAX_LANES;
+    let whole = x.len() / L * L;
+    let mut m = [f32::NEG_INFINITY; L];
+    for c in x[..whole].chunks_exact(L) {
+        for (mi, &v) in m.iter_mut().zip(c) {
+            *mi = mi.max(v);
+        }
+    }
+    let max = x[whole..].iter().fold(
+        m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)),
+        |a, &b| a.max(b),
+    );
+    let mut s = [0f32; L];
+    for c in x[..whole].chunks_exact_mut(L) {
+        for (si, v) in s.iter_mut().zip(c.iter_mut()) {
+            *v = exp_fast(*v - max);
+            *si += *v;
+        }
+    }
+    let mut sum = s.iter().fold(0f32, |a, &b| a + b);
+    for v in x[whole..].iter_mut() {
+        *v = exp_fast(*v - max);
         sum += *v;
     }
     let inv = 1.0 / sum;
@@ -246,6 +282,12 @@ pub(crate) mod avx2 {
             s += a[j] * b[j];
         }
         s
+    }
+
+    /// [`super::softmax`] compiled for AVX2 + FMA (the same arithmetic, 8 lanes at a time).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn softmax(x: &mut [f32]) {
+        super::softmax_portable(x)
     }
 
     /// [`super::gate_rows`] compiled for AVX2 + FMA (the same formulas, 8 lanes at a time).
@@ -380,6 +422,42 @@ mod tests {
         let mut y = [0.0f32, (2.0f32).ln()];
         softmax(&mut y);
         assert!((y[1] - 2.0 / 3.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn softmax_matches_an_f64_reference_and_every_path_gives_the_same_bits() {
+        // Lengths around the lane count and long windows; spreads that underflow some terms.
+        for (n, spread) in [
+            (1, 1.0),
+            (7, 3.0),
+            (8, 3.0),
+            (9, 10.0),
+            (129, 30.0),
+            (4001, 80.0),
+        ] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i as f32 * 0.618_034).fract() - 0.5) * spread)
+                .collect();
+            let m = x.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+            let e: Vec<f64> = x.iter().map(|&v| (v as f64 - m).exp()).collect();
+            let total: f64 = e.iter().sum();
+            let mut got = x.clone();
+            softmax(&mut got);
+            for (i, (&g, &w)) in got.iter().zip(&e).enumerate() {
+                let want = w / total;
+                assert!(
+                    (g as f64 - want).abs() <= 1e-6 * want + 1e-30,
+                    "n {n}, [{i}]: {g} against {want}"
+                );
+            }
+            let mut portable = x.clone();
+            softmax_portable(&mut portable);
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "n {n}: the AVX2 and portable paths differ"
+            );
+        }
     }
 
     #[test]
