@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Every seed model at its real size, end to end: a random-weight Q4_0 GGUF at the config's exact
 dimensions (`scripts/random-gguf.py`), then `convert` → `run` (every stage, verified against the
-same GGUF) → `run` again (cached) → `generate` 32 tokens → one `serve` request, and llama.cpp's
-`llama-bench` decode on the same GGUF beside it.
+same GGUF) → `run` again (cached) → `generate` 32 tokens → a 128-token prefill (`generate --ids`)
+→ one `serve` request, and llama.cpp's `llama-bench` decode and 128-token prefill on the same GGUF
+beside it.
 
 For each step: wall seconds, and the peak of the process's anonymous memory and of its file pages
 (polled from /proc every 20 ms: mapped inputs are file pages), apart and together. The server is
@@ -46,6 +47,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"
+# Prompt tokens of the prefill column (both sides get exactly this many).
+PREFILL_TOKENS = 128
 
 # (name, config folder under tests/fixtures/configs, smallest of its family)
 MATRIX = [
@@ -224,8 +227,8 @@ def main() -> None:
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, ONEBIT_HOME=str(a.work / "home"), HF_HUB_OFFLINE="1")
-    print("| model | params | pack GB | convert s / anon GB | import s (per stage) / anon GB / file GB | cached s | TTFT ms | decode tok/s | llama.cpp decode tok/s | streamed GB | serve idle anon+file GB | serve 4 full slots anon+file GB (cache GB) | budgets |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | params | pack GB | convert s / anon GB | import s (per stage) / anon GB / file GB | cached s | TTFT ms | prefill 128 tok/s | llama.cpp prefill 128 tok/s | decode tok/s | llama.cpp decode tok/s | streamed GB | serve idle anon+file GB | serve 4 full slots anon+file GB (cache GB) | budgets |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, cfg, smallest in MATRIX:
         if a.only and name not in a.only:
             continue
@@ -257,13 +260,21 @@ def main() -> None:
                                  "The capital of France is", "--max-tokens", "32", "--ctx-size", "1024",
                                  "-t", str(a.threads)], env)
         g = json.loads(gen.strip().splitlines()[-1])
+        # Prefill of exactly 128 prompt tokens (ids, as llama-bench's -p 128 feeds its own).
+        ids = json.dumps([2] + [1000 + (i * 7919) % 20000 for i in range(PREFILL_TOKENS - 1)])
+        _, _, _, pre = measured([a.bin, "-q", "--json", "generate", *src, "--ids", ids, "--max-tokens", "1",
+                                 "--ctx-size", "1024", "-t", str(a.threads)], env)
+        prefill = json.loads(pre.strip().splitlines()[-1])["prefill_tokens_per_s"]
         streamed = streamed_bytes(a.work / "home")
         sv = serve_measured(a.bin, repo, gguf, env)
-        ll = ""
+        ll = ll_pre = ""
         if a.llama_bench and not a.smoke:
             res = subprocess.run([a.llama_bench, "-m", str(gguf), "-t", str(a.threads), "-p", "0", "-n", "32",
                                   "-r", "3", "-o", "json"], capture_output=True, text=True, check=True)
             ll = f"{json.loads(res.stdout)[0]['avg_ts']:.1f}"
+            res = subprocess.run([a.llama_bench, "-m", str(gguf), "-t", str(a.threads), "-p", str(PREFILL_TOKENS),
+                                  "-n", "0", "-r", "3", "-o", "json"], capture_output=True, text=True, check=True)
+            ll_pre = f"{json.loads(res.stdout)[0]['avg_ts']:.1f}"
         big, params = tensor_sizes(gguf)
         budgets = []
         if i_s > 10 * pack / 1e9:
@@ -286,13 +297,14 @@ def main() -> None:
         row = {
             "model": name, "params": params, "pack_bytes": pack, "convert_s": c_s, "convert_anon": c_anon,
             "import_s": i_s, "import_stages": stages, "import_anon": i_anon, "import_file": i_file,
-            "cached_s": r_s, "ttft_ms": g["time_to_first_token_ms"], "decode_tps": g["decode_tokens_per_s"],
+            "cached_s": r_s, "ttft_ms": g["time_to_first_token_ms"], "prefill_128_tps": prefill,
+            "llama_prefill_128_tps": ll_pre, "decode_tps": g["decode_tokens_per_s"],
             "llama_decode_tps": ll, "streamed_bytes": streamed, "serve": sv,
             "largest_tensor": big, "budgets_missed": budgets,
         }
         print(json.dumps(row), file=sys.stderr)
         print(f"| {name} | {params / 1e9:.2f} B | {gb(pack)} | {c_s:.1f} / {gb(c_anon)} | {i_s:.1f} ({per_stage}) / {gb(i_anon)} / {gb(i_file)} "
-              f"| {r_s:.2f} | {g['time_to_first_token_ms']:.0f} | {g['decode_tokens_per_s']:.1f} | {ll} "
+              f"| {r_s:.2f} | {g['time_to_first_token_ms']:.0f} | {prefill:.1f} | {ll_pre} | {g['decode_tokens_per_s']:.1f} | {ll} "
               f"| {gb(streamed)} | {gb(sv['idle_anon'])}+{gb(sv['idle_file'])} "
               f"| {gb(sv['full_anon'])}+{gb(sv['full_file'])} = {gb(sv['full_both'])} ({gb(sv['full_cache'])}) "
               f"| {'; '.join(budgets) or 'met'} |", flush=True)
