@@ -97,13 +97,8 @@ impl FamilyRules for Gemma4 {
         Ok(())
     }
 
-    fn embed_scale(
-        &self,
-        cx: &mut Cx<'_, '_>,
-        hidden: u64,
-        _m: Option<&Multipliers>,
-    ) -> EmbedScale {
-        let s = (hidden as f64).sqrt();
+    fn embed_scale(&self, cx: &mut Cx<'_, '_>, h: u64, _m: Option<&Multipliers>) -> EmbedScale {
+        let s = (h as f64).sqrt();
         cx.log.add(
             "embed_scale",
             fmt_f(s),

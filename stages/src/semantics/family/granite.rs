@@ -42,12 +42,7 @@ impl FamilyRules for Granite {
         (m.attention, Some(m))
     }
 
-    fn embed_scale(
-        &self,
-        _cx: &mut Cx<'_, '_>,
-        _hidden: u64,
-        m: Option<&Multipliers>,
-    ) -> EmbedScale {
+    fn embed_scale(&self, _cx: &mut Cx<'_, '_>, _h: u64, m: Option<&Multipliers>) -> EmbedScale {
         (m.map(|m| m.embedding), false)
     }
 }

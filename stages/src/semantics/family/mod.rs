@@ -276,13 +276,9 @@ pub(crate) trait FamilyRules: Sync {
         None
     }
 
-    /// The embedding output scale, and whether the pack stores the embedding pre-scaled.
-    fn embed_scale(
-        &self,
-        _cx: &mut Cx<'_, '_>,
-        _hidden: u64,
-        _m: Option<&Multipliers>,
-    ) -> EmbedScale {
+    /// The embedding output scale (`h`: the hidden size), and whether the pack stores the embedding
+    /// pre-scaled.
+    fn embed_scale(&self, _cx: &mut Cx<'_, '_>, _h: u64, _m: Option<&Multipliers>) -> EmbedScale {
         (None, false)
     }
 
