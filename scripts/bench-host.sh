@@ -3,22 +3,29 @@
 # prefill and decode tokens/s at each thread count, decode at the same depth on both sides, the
 # rounds alternated, and each side's decode as a fraction of the machine's read bandwidth.
 #
-# Models: the Gemma 3 270M demo pack (its Q4_K_M GGUF as llama.cpp's side) and the Hunyuan-1.8B
-# shape (random Q4_0 weights from scripts/random-gguf.py, converted by `onebit-pipe convert`).
+# Models: the Gemma 3 270M demo pack (its Q4_K_M GGUF as llama.cpp's side), the Hunyuan-1.8B
+# shape (Q40_4608 tiles) and the Qwen3-1.7B shape (Q41_5120 tiles), both random Q4_0 weights from
+# scripts/random-gguf.py converted by `onebit-pipe convert`.
 #
 # llama.cpp's best build for this CPU (../shared/docs/baselines.md), by `scripts/llama-cpp.sh
 # native`: GGML_NATIVE=ON; on a CPU with AMX-INT8 its AMX path, with the one-line compiler barrier
 # gcc 12 needs before `_tile_loadconfig`. Built once into ~/.cache/onebit-models/llama.cpp-native.
+# ONEBIT_BENCH_LLAMA=avx512 compares without AMX on both sides on a CPU that has it: llama.cpp's
+# AVX-512 build without AMX (`scripts/llama-cpp.sh avx512`) against ours with
+# ONEBIT_KERNELS=avx512.
 #
 # usage: scripts/bench-host.sh [ROUNDS] [THREADS...]     (defaults: 3 rounds, threads 1 2)
-# env:   ONEBIT_BENCH_MODELS="gemma hunyuan"   ONEBIT_KERNELS=avx2 (our path, to compare paths)
+# env:   ONEBIT_BENCH_MODELS="gemma hunyuan qwen3"   ONEBIT_BENCH_LLAMA=native|avx512
+#        ONEBIT_BENCH_PROMPTS="300" (prompt lengths, each model's own default when unset)
+#        ONEBIT_KERNELS=avx2 (our path, to compare paths)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
 shift || true
 threads=("$@")
 [ ${#threads[@]} -gt 0 ] || threads=(1 2)
-models=${ONEBIT_BENCH_MODELS:-gemma hunyuan}
+models=${ONEBIT_BENCH_MODELS:-gemma hunyuan qwen3}
+build=${ONEBIT_BENCH_LLAMA:-native}
 cache="$HOME/.cache/onebit-models"
 mkdir -p "$cache"
 
@@ -30,10 +37,14 @@ has() { grep -qx "$1" <<<"$flags"; }
 cpu_features=$(for f in avx2 fma avx_vnni avx512f avx512bw avx512_vnni avx512vbmi avx512_bf16 amx_tile amx_int8; do has "$f" && printf '%s ' "$f"; done)
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; features: $cpu_features"
 
-# llama.cpp's best build.
-ll_src="$cache/llama.cpp-native"
-ll=$(scripts/llama-cpp.sh native)
-ll_features="GGML_NATIVE=ON, -march=native"
+# llama.cpp's best build, or its AVX-512 build without AMX beside our AVX-512 path.
+case $build in
+  native) ll_src="$cache/llama.cpp-native"; ll_features="GGML_NATIVE=ON, -march=native" ;;
+  avx512) ll_src="$cache/llama.cpp-avx512"; ll_features="AVX-512 F/BW/VL/VBMI/VNNI/BF16, no AMX"
+          export ONEBIT_KERNELS=avx512 ;;
+  *) echo "ONEBIT_BENCH_LLAMA: native or avx512" >&2; exit 2 ;;
+esac
+ll=$(scripts/llama-cpp.sh "$build")
 echo "llama.cpp: $ll_src ($ll_features)"
 
 bw=$(cargo bench -q -p onebit-runtime --bench bandwidth 2>/dev/null | grep read_bandwidth || true)
@@ -46,7 +57,7 @@ declare -A src gguf tokens
 # sides get exactly that many tokens (ours through `generate --ids`; llama-bench's prompt is
 # random tokens): llama.cpp's AMX prefill is much faster at a multiple of 32 tokens (Hunyuan:
 # 135 tok/s at 128 tokens, 74 at 135).
-tokens=([gemma]=${ONEBIT_BENCH_GEMMA_TOKENS:-300} [hunyuan]=${ONEBIT_BENCH_HUNYUAN_TOKENS:-128})
+tokens=([gemma]=${ONEBIT_BENCH_GEMMA_TOKENS:-300} [hunyuan]=${ONEBIT_BENCH_HUNYUAN_TOKENS:-128} [qwen3]=128)
 for m in $models; do
   case $m in
     gemma)
@@ -55,16 +66,20 @@ for m in $models; do
       [ -f "$mirror/FastFlowLM/Gemma3-270M-NPU2/model.q4nx" ] || scripts/demo.sh >&2
       src[gemma]="--repo FastFlowLM/Gemma3-270M-NPU2 --endpoint $mirror --reference ${gguf[gemma]}"
       ;;
-    hunyuan)
-      g="$cache/random/hunyuan-1.8b-q4_0.gguf"
-      repo="$cache/random/Hunyuan-1.8B"
-      mkdir -p "$cache/random"
-      [ -f "$g" ] || python3 scripts/random-gguf.py tests/fixtures/configs/hunyuan/Hunyuan-1.8B-Instruct/config.json --out "$g" >&2
+    hunyuan | qwen3)
+      case $m in
+        hunyuan) name=Hunyuan-1.8B; config=hunyuan/Hunyuan-1.8B-Instruct ;;
+        qwen3) name=Qwen3-1.7B; config=qwen/Qwen3-1.7B ;;
+      esac
+      g="$cache/real-size/$name-q4_0.gguf"
+      repo="$cache/real-size/$name"
+      mkdir -p "$cache/real-size"
+      [ -f "$g" ] || python3 scripts/random-gguf.py "tests/fixtures/configs/$config/config.json" --out "$g" >&2
       [ -f "$repo/model.q4nx" ] || "$bin" -q convert --gguf "$g" --out "$repo" >&2
-      gguf[hunyuan]=$g
-      src[hunyuan]="--path $repo --reference $g"
+      gguf[$m]=$g
+      src[$m]="--path $repo --reference $g"
       ;;
-    *) echo "unknown model $m (gemma, hunyuan)" >&2; exit 2 ;;
+    *) echo "unknown model $m (gemma, hunyuan, qwen3)" >&2; exit 2 ;;
   esac
   # shellcheck disable=SC2086
   "$bin" -q run ${src[$m]} >&2
@@ -72,11 +87,11 @@ for m in $models; do
   echo "llama.cpp on $m: ${amx:+AMX tiles for $amx of weights, }the rest on its AVX-512/AVX2 kernels"
 done
 
-ours() { # model threads → one JSON line
-  ids=$(python3 -c "import sys; n=int(sys.argv[1]); print([2] + [1000 + (i * 7919) % 20000 for i in range(n - 1)])" "${tokens[$1]}")
+ours() { # model threads prompt_tokens → one JSON line
+  ids=$(python3 -c "import sys; n=int(sys.argv[1]); print([2] + [1000 + (i * 7919) % 20000 for i in range(n - 1)])" "$3")
   # shellcheck disable=SC2086
   "$bin" -q --json generate ${src[$1]} --ids "$ids" --max-tokens 64 --temperature 0 \
-    --ctx-size 1024 -t "$2" | tail -1
+    --ctx-size $(($3 + 128)) -t "$2" | tail -1
 }
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 theirs() { # model threads prompt_tokens → "prefill decode"
@@ -105,8 +120,9 @@ for m in $models; do
   ll_bytes=$(gguf_bytes "${gguf[$m]}")
   for t in "${threads[@]}"; do
     b=$(bw_at "$t"); b=${b:-0}
+    for p in ${ONEBIT_BENCH_PROMPTS:-${tokens[$m]}}; do
     for r in $(seq 1 "$rounds"); do
-      j=$(ours "$m" "$t")
+      j=$(ours "$m" "$t" "$p")
       n=$(field "$j" prompt_tokens)
       op=$(field "$j" prefill_tokens_per_s); od=$(field "$j" decode_tokens_per_s)
       ob=$(field "$j" decode_weight_bytes_per_token); path=$(field "$j" kernel)
@@ -120,6 +136,7 @@ frac = lambda tps, b: f"{100 * tps * b / 1e9 / bw:.0f} %" if bw else "?"
 print(f"| {m} ({n}-token prompt; ours {path}) | {t} | {r} | {op:.1f} | {lp:.1f} ({op / lp:.2f}×) | {od:.1f} | {ld:.1f} ({od / ld:.2f}×) "
       f"| {ob / 1e9:.3f} | {lb / 1e9:.3f} | {frac(od, ob)} | {frac(ld, lb)} |")
 EOF
+    done
     done
   done
 done

@@ -5,16 +5,23 @@
 #   native  the best build for this CPU (GGML_NATIVE=ON; on a CPU with AMX-INT8 its AMX path, with
 #           the one-line compiler barrier gcc 12 needs before `_tile_loadconfig`,
 #           ../shared/docs/baselines.md), in ~/.cache/onebit-models/llama.cpp-native
+#   avx512  AVX-512 (F/BW/VL/VBMI/VNNI/BF16) without AMX, for comparing without AMX on both
+#           sides on a CPU that has it (ours then runs with ONEBIT_KERNELS=avx512; baselines.md),
+#           in ~/.cache/onebit-models/llama.cpp-avx512
 #   avx2    AVX2 + FMA, no AVX-512 or AMX, in ~/.cache/onebit-models/llama.cpp
-# usage: scripts/llama-cpp.sh native|avx2
+# usage: scripts/llama-cpp.sh native|avx512|avx2
 set -euo pipefail
 cache="$HOME/.cache/onebit-models"
 case "${1:-}" in
   native) src="$cache/llama.cpp-native"
           flags=(-DGGML_NATIVE=ON) ;;
+  avx512) src="$cache/llama.cpp-avx512"
+          flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                 -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+                 -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF) ;;
   avx2)   src="$cache/llama.cpp"
           flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF) ;;
-  *) echo "usage: $0 native|avx2" >&2; exit 2 ;;
+  *) echo "usage: $0 native|avx512|avx2" >&2; exit 2 ;;
 esac
 bin="$src/build/bin"
 if [ ! -x "$bin/llama-bench" ]; then
