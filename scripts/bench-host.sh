@@ -14,10 +14,14 @@
 # AVX-512 build without AMX (`scripts/llama-cpp.sh avx512`) against ours with
 # ONEBIT_KERNELS=avx512.
 #
+# Each round is a row; at the end one table of medians for this CPU kind, headed by the CPU, both
+# sides' paths and the measured read bandwidth; ONEBIT_BENCH_DOC=1 appends that table to
+# docs/benchmarks.md ("Host speed per CPU kind").
+#
 # usage: scripts/bench-host.sh [ROUNDS] [THREADS...]     (defaults: 3 rounds, threads 1 2)
 # env:   ONEBIT_BENCH_MODELS="gemma hunyuan qwen3"   ONEBIT_BENCH_LLAMA=native|avx512
-#        ONEBIT_BENCH_PROMPTS="300" (prompt lengths, each model's own default when unset)
-#        ONEBIT_KERNELS=avx2 (our path, to compare paths)
+#        ONEBIT_BENCH_PROMPTS="128 300 1024 4096" (prompt lengths, each model's own default when
+#        unset)   ONEBIT_KERNELS=avx2 (our path, to compare paths)   ONEBIT_BENCH_DOC=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -113,6 +117,8 @@ print(sum(ts.values()) + (emb if "output.weight" not in ts else 0))
 EOF
 }
 
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
 echo
 echo "| model | threads | round | ours prefill tok/s | llama.cpp prefill tok/s | ours decode tok/s | llama.cpp decode tok/s (same depth) | ours GB/token | llama.cpp GB/token | ours % of bandwidth | llama.cpp % of bandwidth |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -128,10 +134,12 @@ for m in $models; do
       ob=$(field "$j" decode_weight_bytes_per_token); path=$(field "$j" kernel)
       lp=$(theirs "$m" "$t" "$n")
       ld=$(theirs_decode "$m" "$t" "$n")
-      python3 - "$m" "$t" "$r" "$op" "$lp" "$od" "$ld" "$ob" "$ll_bytes" "$b" "$path" "$n" <<'EOF'
-import sys
-m, t, r, op, lp, od, ld, ob, lb, bw, path, n = sys.argv[1:]
+      python3 - "$m" "$t" "$r" "$op" "$lp" "$od" "$ld" "$ob" "$ll_bytes" "$b" "$path" "$n" "$results" <<'EOF'
+import json, sys
+m, t, r, op, lp, od, ld, ob, lb, bw, path, n, results = sys.argv[1:]
 op, lp, od, ld, ob, lb, bw = map(float, (op, lp, od, ld, ob, lb, bw))
+with open(results, "a") as f:
+    f.write(json.dumps(dict(m=m, t=int(t), n=int(n), path=path, op=op, lp=lp, od=od, ld=ld, ob=ob, lb=lb, bw=bw)) + "\n")
 frac = lambda tps, b: f"{100 * tps * b / 1e9 / bw:.0f} %" if bw else "?"
 print(f"| {m} ({n}-token prompt; ours {path}) | {t} | {r} | {op:.1f} | {lp:.1f} ({op / lp:.2f}×) | {od:.1f} | {ld:.1f} ({od / ld:.2f}×) "
       f"| {ob / 1e9:.3f} | {lb / 1e9:.3f} | {frac(od, ob)} | {frac(ld, lb)} |")
@@ -140,3 +148,42 @@ EOF
     done
   done
 done
+
+# One table of medians for this CPU kind.
+cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores ($cpu_features)"
+table=$(python3 - "$results" "$cpu" "$ll_features" "$rounds" "$bw" <<'EOF'
+import json, statistics, sys
+results, cpu, ll, rounds, bw = sys.argv[1:]
+rows = [json.loads(l) for l in open(results)]
+bws = [l.split() for l in bw.splitlines() if l.startswith("read_bandwidth")]
+bws = ", ".join(f"{w[2].split('=')[1]} GB/s at {w[1].split('=')[1]} thread(s)" for w in bws)
+ours = sorted({r["path"] for r in rows})
+print(f"#### {cpu}\n")
+print(f"Ours: {', '.join(ours)}; llama.cpp: {ll}. Read bandwidth: {bws or 'not measured'}. "
+      f"Medians of {rounds} alternated rounds, `scripts/bench-host.sh`.\n")
+print("| model | prompt tokens | threads | prefill tok/s: ours / llama.cpp | ratio | decode tok/s at that depth: ours / llama.cpp | ratio | decode, % of read bandwidth: ours / llama.cpp |")
+print("|---|---|---|---|---|---|---|---|")
+keys = []
+for r in rows:
+    k = (r["m"], r["n"], r["t"])
+    if k not in keys:
+        keys.append(k)
+for k in keys:
+    g = [r for r in rows if (r["m"], r["n"], r["t"]) == k]
+    med = lambda f: statistics.median(r[f] for r in g)
+    op, lp, od, ld = med("op"), med("lp"), med("od"), med("ld")
+    b = g[0]["bw"]
+    frac = lambda tps, by: f"{100 * tps * by / 1e9 / b:.0f} %" if b else "?"
+    print(f"| {k[0]} | {k[1]} | {k[2]} | {op:.1f} / {lp:.1f} | {op / lp:.2f}× | {od:.1f} / {ld:.1f} | {od / ld:.2f}× "
+          f"| {frac(od, g[0]['ob'])} / {frac(ld, g[0]['lb'])} |")
+EOF
+)
+echo
+echo "$table"
+if [ "${ONEBIT_BENCH_DOC:-0}" = 1 ]; then
+  doc=docs/benchmarks.md
+  grep -q '^### Host speed per CPU kind' "$doc" ||
+    printf '\n### Host speed per CPU kind (`scripts/bench-host.sh`, `ONEBIT_BENCH_DOC=1`)\n' >> "$doc"
+  printf '\n%s\n' "$table" >> "$doc"
+  echo "appended to $doc" >&2
+fi

@@ -3,7 +3,11 @@
 dimensions (`scripts/random-gguf.py`), then `convert` → `run` (every stage, verified against the
 same GGUF) → `run` again (cached) → `generate` 32 tokens → a 128-token prefill (`generate --ids`)
 → one `serve` request, and llama.cpp's `llama-bench` decode and 128-token prefill on the same GGUF
-beside it.
+beside it. With llama.cpp given, the logits are compared too: `llama-perplexity
+--kl-divergence-base` saves llama.cpp's next-token distributions over a fixed text
+(`tests/fixtures/text/calibration.txt`, chunks of 128 tokens) and `eval --kl-divergence-base`
+scores the pack on the same tokens: the mean and largest KL divergence per position and how often
+the two agree on the most likely token.
 
 For each step: wall seconds, and the peak of the process's anonymous memory and of its file pages
 (polled from /proc every 20 ms: mapped inputs are file pages), apart and together. The server is
@@ -25,8 +29,8 @@ Usage:
     python3 scripts/bench-real-size.py [--llama-bench PATH] [--only NAME ...] [--smoke]
 
 Every config of `tests/fixtures/configs` (a copy of the shared fixtures) of a family `convert`
-accepts, up to 4 B parameters, is in the matrix. Qwen3.5 2B is not: no config of it is among the
-fixtures, and FastFlowLM's converter config `qwen3.5_2b.json` (FLM_Q4NX_Converter @ dd0993c) holds
+accepts, up to 4 B parameters, is in the matrix (Qwen3.5 0.8B from its real config's text fields).
+Qwen3.5 2B is not: no config of it is among the fixtures, and FastFlowLM's converter config `qwen3.5_2b.json` (FLM_Q4NX_Converter @ dd0993c) holds
 only its tile settings and tensor-name map, not the model's dimensions.
 
 The GGUFs and packs go to `~/.cache/onebit-models/real-size/` (never into the repository).
@@ -49,6 +53,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"
 # Prompt tokens of the prefill column (both sides get exactly this many).
 PREFILL_TOKENS = 128
+# The logits comparison: llama.cpp's chunking of this text (BOS per chunk where the model adds one).
+KLD_TEXT = ROOT / "tests" / "fixtures" / "text" / "calibration.txt"
+KLD_CTX, KLD_CHUNKS = 128, 4
 
 # (name, config folder under tests/fixtures/configs, smallest of its family)
 MATRIX = [
@@ -72,6 +79,7 @@ MATRIX = [
     ("Hunyuan-0.5B", "hunyuan/Hunyuan-0.5B-Pretrain", True),
     ("Hunyuan-1.8B", "hunyuan/Hunyuan-1.8B-Instruct", False),
     ("Hunyuan-4B", "hunyuan/Hunyuan-4B-Instruct", False),
+    ("Qwen3.5-0.8B", "qwen/Qwen3.5-0.8B-partial", True),
     ("Llama3.2-1B", "llama/Llama-3.2-1B-Instruct-partial", False),
     ("Llama3.2-3B", "llama/Llama-3.2-3B-Instruct-partial", False),
 ]
@@ -216,6 +224,26 @@ def tensor_sizes(gguf: Path) -> tuple[int, int]:
     return max(int(t.n_bytes) for t in ts), sum(int(t.n_elements) for t in ts)
 
 
+def compare_logits(a: argparse.Namespace, name: str, gguf: Path, src: list[str], env: dict) -> dict:
+    """llama.cpp's next-token distributions on KLD_TEXT (`llama-perplexity`, beside `llama-bench`)
+    against the pack's on the same tokens (`eval --kl-divergence-base`)."""
+    ppl = Path(a.llama_bench).with_name("llama-perplexity")
+    base = a.work / f"{name}.kld"
+    subprocess.run([str(ppl), "-m", str(gguf), "-f", str(KLD_TEXT), "-c", str(KLD_CTX), "-b", str(KLD_CTX),
+                    "--chunks", str(KLD_CHUNKS), "-t", str(a.threads), "--kl-divergence-base", str(base)],
+                   capture_output=True, text=True, check=True)
+    _, _, _, out = measured([a.bin, "-q", "eval", *src, "--kl-divergence-base", str(base), "-t", str(a.threads)],
+                            env)
+    base.unlink()
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def kld_cell(k: dict | None) -> str:
+    if not k:
+        return ""
+    return f"{k['kld_mean']:.5f} / {k['kld_max']:.4f}, {100 * k['same_top']:.1f} %"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", default=str(ROOT / "target" / "release" / "onebit-pipe"))
@@ -227,8 +255,8 @@ def main() -> None:
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, ONEBIT_HOME=str(a.work / "home"), HF_HUB_OFFLINE="1")
-    print("| model | params | pack GB | convert s / anon GB | import s (per stage) / anon GB / file GB | cached s | TTFT ms | prefill 128 tok/s | llama.cpp prefill 128 tok/s | decode tok/s | llama.cpp decode tok/s | streamed GB | serve idle anon+file GB | serve 4 full slots anon+file GB (cache GB) | budgets |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | params | pack GB | convert s / anon GB | import s (per stage) / anon GB / file GB | cached s | TTFT ms | prefill 128 tok/s | llama.cpp prefill 128 tok/s | decode tok/s | llama.cpp decode tok/s | streamed GB | serve idle anon+file GB | serve 4 full slots anon+file GB (cache GB) | vs llama.cpp logits: KLD mean / max, same top | budgets |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, cfg, smallest in MATRIX:
         if a.only and name not in a.only:
             continue
@@ -268,6 +296,7 @@ def main() -> None:
         streamed = streamed_bytes(a.work / "home")
         sv = serve_measured(a.bin, repo, gguf, env)
         ll = ll_pre = ""
+        kld = None
         if a.llama_bench and not a.smoke:
             res = subprocess.run([a.llama_bench, "-m", str(gguf), "-t", str(a.threads), "-p", "0", "-n", "32",
                                   "-r", "3", "-o", "json"], capture_output=True, text=True, check=True)
@@ -275,6 +304,7 @@ def main() -> None:
             res = subprocess.run([a.llama_bench, "-m", str(gguf), "-t", str(a.threads), "-p", str(PREFILL_TOKENS),
                                   "-n", "0", "-r", "3", "-o", "json"], capture_output=True, text=True, check=True)
             ll_pre = f"{json.loads(res.stdout)[0]['avg_ts']:.1f}"
+            kld = compare_logits(a, name, gguf, src, env)
         big, params = tensor_sizes(gguf)
         budgets = []
         if i_s > 10 * pack / 1e9:
@@ -299,7 +329,7 @@ def main() -> None:
             "import_s": i_s, "import_stages": stages, "import_anon": i_anon, "import_file": i_file,
             "cached_s": r_s, "ttft_ms": g["time_to_first_token_ms"], "prefill_128_tps": prefill,
             "llama_prefill_128_tps": ll_pre, "decode_tps": g["decode_tokens_per_s"],
-            "llama_decode_tps": ll, "streamed_bytes": streamed, "serve": sv,
+            "llama_decode_tps": ll, "streamed_bytes": streamed, "serve": sv, "vs_llama_logits": kld,
             "largest_tensor": big, "budgets_missed": budgets,
         }
         print(json.dumps(row), file=sys.stderr)
@@ -307,7 +337,7 @@ def main() -> None:
               f"| {r_s:.2f} | {g['time_to_first_token_ms']:.0f} | {prefill:.1f} | {ll_pre} | {g['decode_tokens_per_s']:.1f} | {ll} "
               f"| {gb(streamed)} | {gb(sv['idle_anon'])}+{gb(sv['idle_file'])} "
               f"| {gb(sv['full_anon'])}+{gb(sv['full_file'])} = {gb(sv['full_both'])} ({gb(sv['full_cache'])}) "
-              f"| {'; '.join(budgets) or 'met'} |", flush=True)
+              f"| {kld_cell(kld)} | {'; '.join(budgets) or 'met'} |", flush=True)
 
 
 if __name__ == "__main__":

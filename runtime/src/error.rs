@@ -49,6 +49,15 @@ pub enum Error {
         /// The budget (`usize::MAX`: none but the allocator's).
         limit: usize,
     },
+    /// A file of llama.cpp's saved log-probabilities (`--kl-divergence-base`) that cannot be
+    /// compared with this pack, and why.
+    #[error("llama.cpp logits file {}: {reason}", path.display())]
+    BaseLogits {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A bug in the runtime; please report it.
     #[error("internal error (a bug, please report it): {0}")]
     Internal(String),
@@ -74,7 +83,7 @@ impl Error {
     /// Whether this is a refusal of the input (a pack we will not run, with the reason): the
     /// command line exits 1 for it, 2 for the rest.
     pub fn is_refusal(&self) -> bool {
-        matches!(self, Error::Refused { .. })
+        matches!(self, Error::Refused { .. } | Error::BaseLogits { .. })
     }
 }
 

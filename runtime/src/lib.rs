@@ -17,6 +17,7 @@ pub mod grammar;
 mod head;
 mod host_check;
 pub mod kernels;
+pub mod kld;
 pub mod kv;
 pub mod logprobs;
 pub mod model;

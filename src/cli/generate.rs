@@ -390,8 +390,16 @@ pub struct EvalArgs {
     #[command(flatten)]
     pub source: PackSource,
     /// A text file to score (tokenized whole, BOS per chunk).
-    #[arg(long, value_name = "FILE", conflicts_with = "ids")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["ids", "kl_divergence_base"])]
     pub file: Option<PathBuf>,
+    /// Compare with llama.cpp instead: the log-probabilities `llama-perplexity -m GGUF -f TEXT
+    /// -c CTX --kl-divergence-base FILE` saved, scored on its own tokens and chunks; prints the
+    /// KL divergence, top-1 agreement and probability differences as `--kl-divergence` does.
+    #[arg(long, value_name = "FILE", conflicts_with = "ids")]
+    pub kl_divergence_base: Option<PathBuf>,
+    /// With --kl-divergence-base: compare only the first N chunks.
+    #[arg(long, value_name = "N", requires = "kl_divergence_base")]
+    pub chunks: Option<usize>,
     /// Token ids as a JSON list, scored as one sequence exactly as given (no BOS replacement).
     #[arg(long, value_name = "JSON")]
     pub ids: Option<String>,
@@ -416,6 +424,15 @@ pub fn eval(g: &Global, a: EvalArgs) -> anyhow::Result<ExitCode> {
             .build_global();
     }
     let (model, text) = a.source.load(g)?;
+    if let Some(path) = &a.kl_divergence_base {
+        let base = onebit_runtime::kld::BaseLogits::open(path)?;
+        let t0 = std::time::Instant::now();
+        let report = onebit_runtime::kld::compare(&model, &base, a.chunks)?;
+        let mut v = serde_json::to_value(&report)?;
+        v["seconds"] = t0.elapsed().as_secs_f64().into();
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
     let (ids, ctx) = match (&a.file, &a.ids) {
         (Some(f), _) => {
             let s = std::fs::read_to_string(f).with_context(|| format!("read {}", f.display()))?;
@@ -429,7 +446,7 @@ pub fn eval(g: &Global, a: EvalArgs) -> anyhow::Result<ExitCode> {
             }
             (ids, n)
         }
-        (None, None) => anyhow::bail!("give --file FILE or --ids JSON"),
+        (None, None) => anyhow::bail!("give --file FILE, --ids JSON or --kl-divergence-base FILE"),
     };
     let t0 = std::time::Instant::now();
     // A text is cut into chunks that each start with BOS (llama.cpp); ids are scored as given.

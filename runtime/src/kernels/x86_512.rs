@@ -12,13 +12,15 @@
 //!   come out as even rows and odd rows; the bf16 scales split the same way with one shift or
 //!   one mask, and the rows are put back in order once per row band.
 //! * Lane bands of 16 rows (`Q41_1280`, `Q41_2560`, `Q41_5120`, `Q40_5120`): a load is 8 columns
-//!   × 16 rows. Lane `2j + h` gets byte `j` of columns `4h .. 4h+4`, matched by the activation
-//!   bytes `x[c+4h .. c+4h+4]` (one 8-byte broadcast); adding each lane pair gives row `2j`
-//!   (low nibbles) or `2j + 1` (high nibbles), already in row order.
+//!   × 16 rows. Two `vpermb` give lane `r` byte `r/2` of columns 0..4 and of columns 4..8; one
+//!   masked shift then takes the odd lanes' high nibbles (row `r` is byte `r/2`'s low nibble when
+//!   `r` is even, its high nibble when odd), so each lane holds four codes of its own row and the
+//!   sums come out in row order with no lane pairs to add per token.
 //!
 //! Signed nibbles are read as `q + 8` (xor 0x88) and `8·Σx` is taken back per group, as on the
-//! AVX2 path. Up to four tokens share each unpacked load. Each token's arithmetic is the same
-//! whatever the batch, so a batch gives bit for bit the single-token results on this path.
+//! AVX2 path. Up to eight tokens share each unpacked load. A token's sums are integers, and its
+//! float steps are the same whatever the batch, so a batch gives bit for bit the single-token
+//! results on this path.
 
 use std::arch::x86_64::*;
 
@@ -26,8 +28,13 @@ use super::layout::Codes;
 use super::x86::token_codes;
 use super::{Activations, QMatrix};
 
-/// Tokens that share one unpacked load (4 keeps every accumulator in a register).
-const TOKENS: usize = 4;
+/// Tokens that share one unpacked load: 8 sums and 8 f32 accumulators in registers, beside the
+/// load's unpacked codes. (32-row bands keep two sums and two accumulators per token; they take
+/// at most [`TOKENS_32`].)
+const TOKENS: usize = 8;
+
+/// Tokens per pass over a 32-row band (even and odd rows: four registers per token).
+const TOKENS_32: usize = 4;
 
 /// Whether this path has a kernel for `codes` (the 8-bit kinds stay on AVX2).
 pub(super) fn covers(codes: Codes) -> bool {
@@ -69,18 +76,25 @@ pub(super) unsafe fn block_from(
     let wide = m.layout.lane == 32;
     let mut t0 = first;
     while t0 < a.n {
-        let nt = (a.n - t0).min(TOKENS);
+        let nt = (a.n - t0).min(if wide { TOKENS_32 } else { TOKENS });
+        // One or two tokens: each sum in two registers (two dependency chains of `vpdpbusd`
+        // instead of one twice as long); four and more interleave enough chains on their own.
+        // Integer sums: the split changes no bit.
         // SAFETY: same CPU and geometry contract as this function.
         unsafe {
             match (wide, nt) {
-                (true, 1) => lane32::<1>(m, rb, a, t0, out, stride, local),
-                (true, 2) => lane32::<2>(m, rb, a, t0, out, stride, local),
-                (true, 3) => lane32::<3>(m, rb, a, t0, out, stride, local),
-                (true, _) => lane32::<4>(m, rb, a, t0, out, stride, local),
-                (false, 1) => lane16::<1>(m, rb, a, t0, out, stride, local),
-                (false, 2) => lane16::<2>(m, rb, a, t0, out, stride, local),
-                (false, 3) => lane16::<3>(m, rb, a, t0, out, stride, local),
-                (false, _) => lane16::<4>(m, rb, a, t0, out, stride, local),
+                (true, 1) => lane32::<1, 2>(m, rb, a, t0, out, stride, local),
+                (true, 2) => lane32::<2, 2>(m, rb, a, t0, out, stride, local),
+                (true, 3) => lane32::<3, 2>(m, rb, a, t0, out, stride, local),
+                (true, _) => lane32::<TOKENS_32, 1>(m, rb, a, t0, out, stride, local),
+                (false, 1) => lane16::<1, 2>(m, rb, a, t0, out, stride, local),
+                (false, 2) => lane16::<2, 2>(m, rb, a, t0, out, stride, local),
+                (false, 3) => lane16::<3, 2>(m, rb, a, t0, out, stride, local),
+                (false, 4) => lane16::<4, 1>(m, rb, a, t0, out, stride, local),
+                (false, 5) => lane16::<5, 1>(m, rb, a, t0, out, stride, local),
+                (false, 6) => lane16::<6, 1>(m, rb, a, t0, out, stride, local),
+                (false, 7) => lane16::<7, 1>(m, rb, a, t0, out, stride, local),
+                (false, _) => lane16::<TOKENS, 1>(m, rb, a, t0, out, stride, local),
             }
         }
         t0 += nt;
@@ -90,9 +104,10 @@ pub(super) unsafe fn block_from(
 /// `vpermb` index for a load of 4 columns × 16 bytes: lane `j` ← byte `j` of columns 0..4.
 const PERM32: [u8; 64] = index_table!(u8, 64, |i| 16 * (i % 4) + i / 4);
 
-/// `vpermb` index for a load of 8 columns × 8 bytes: lane `2j + h` ← byte `j` of columns
-/// `4h .. 4h+4`.
-const PERM16: [u8; 64] = index_table!(u8, 64, |i| 8 * (4 * (i / 4 % 2) + i % 4) + i / 8);
+/// `vpermb` indices for a load of 8 columns × 8 bytes: lane `r` ← byte `r/2` of columns 0..4
+/// (`ROWS16_A`) and of columns 4..8 (`ROWS16_B`).
+const ROWS16_A: [u8; 64] = index_table!(u8, 64, |i| 8 * (i % 4) + i / 8);
+const ROWS16_B: [u8; 64] = index_table!(u8, 64, |i| 8 * (4 + i % 4) + i / 8);
 
 /// Rows 0–15 and 16–31 of a 32-row band from its even-row and odd-row lanes.
 const EVEN_ODD_LO: [i32; 16] = index_table!(i32, 16, |i| i / 2 + 16 * (i % 2));
@@ -195,12 +210,13 @@ pub(super) fn add_to(out: &mut [f32], v: __m512) {
     unsafe { _mm512_storeu_ps(p, _mm512_add_ps(_mm512_loadu_ps(p), v)) }
 }
 
-/// 4-bit codes in lane bands of 32 rows, tokens `t0 .. t0+NT`.
+/// 4-bit codes in lane bands of 32 rows, tokens `t0 .. t0+NT`, each sum in `S` registers (the
+/// quads of a group alternate between them).
 ///
 /// # Safety
 /// As [`block`]; `m.layout.lane == 32`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
-unsafe fn lane32<const NT: usize>(
+unsafe fn lane32<const NT: usize, const S: usize>(
     m: &QMatrix<'_>,
     rb: usize,
     a: &Activations,
@@ -240,12 +256,10 @@ unsafe fn lane32<const NT: usize>(
             let tp = tile.as_ptr();
             for g in 0..per_tile {
                 let xs = token_codes::<i8, NT>(&a.q, kp, t0, cb * cols + g * 32);
-                // Two accumulators per sum (even and odd quads): a chain of four `vpdpbusd`
-                // per group instead of eight. Integer sums: the split changes no bit.
-                let mut lo = [[_mm512_setzero_si512(); NT]; 2];
-                let mut hi = [[_mm512_setzero_si512(); NT]; 2];
+                let start = start_sums::<NT, S>(a, t0, groups, cb * per_tile + g, signed);
+                let (mut lo, mut hi) = (start, start);
                 for quad in 0..8 {
-                    let (lo, hi) = (&mut lo[quad % 2], &mut hi[quad % 2]);
+                    let (lo, hi) = (&mut lo[quad % S], &mut hi[quad % S]);
                     // SAFETY: columns g·32 + 4·quad .. +4 of this band, 16 bytes each, inside
                     // the code plane (asserted above).
                     let at = codes + (g * 32 + quad * 4) * 16;
@@ -272,12 +286,9 @@ unsafe fn lane32<const NT: usize>(
                 };
                 for t in 0..NT {
                     let at = (t0 + t) * groups + cb * per_tile + g;
-                    let (l, h) = (
-                        _mm512_add_epi32(lo[0][t], lo[1][t]),
-                        _mm512_add_epi32(hi[0][t], hi[1][t]),
-                    );
-                    even[t] = scale(even[t], l, d.0, z.map(|z| z.0), a, at, signed);
-                    odd[t] = scale(odd[t], h, d.1, z.map(|z| z.1), a, at, signed);
+                    let (l, h) = (sum_of::<NT, S>(&lo, t), sum_of::<NT, S>(&hi, t));
+                    even[t] = scale(even[t], l, d.0, z.map(|z| z.0), a, at, false);
+                    odd[t] = scale(odd[t], h, d.1, z.map(|z| z.1), a, at, false);
                 }
             }
         }
@@ -295,12 +306,46 @@ unsafe fn lane32<const NT: usize>(
     }
 }
 
-/// 4-bit codes in lane bands of 16 rows, tokens `t0 .. t0+NT`.
+/// The integer sums of group `group` for tokens `t0 .. t0+NT` before any product: `−8·Σx` in
+/// the first register of each token where the codes are signed (read as `q + 8`, so the
+/// offset is taken back as the sums start, not by a subtraction per token at the end), zero
+/// elsewhere. Integers: the same sums either way.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+fn start_sums<const NT: usize, const S: usize>(
+    a: &Activations,
+    t0: usize,
+    groups: usize,
+    group: usize,
+    signed: bool,
+) -> [[__m512i; NT]; S] {
+    let mut v = [[_mm512_setzero_si512(); NT]; S];
+    if signed {
+        for (t, first) in v[0].iter_mut().enumerate() {
+            *first = _mm512_set1_epi32(-a.qsum8[(t0 + t) * groups + group]);
+        }
+    }
+    v
+}
+
+/// Token `t`'s sum over its `S` registers.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+fn sum_of<const NT: usize, const S: usize>(parts: &[[__m512i; NT]; S], t: usize) -> __m512i {
+    let mut v = parts[0][t];
+    for p in &parts[1..] {
+        v = _mm512_add_epi32(v, p[t]);
+    }
+    v
+}
+
+/// 4-bit codes in lane bands of 16 rows, tokens `t0 .. t0+NT`, each sum in `S` registers (the
+/// first four columns of each load go to the first, the last four to the last).
 ///
 /// # Safety
 /// As [`block`]; `m.layout.lane == 16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
-unsafe fn lane16<const NT: usize>(
+unsafe fn lane16<const NT: usize, const S: usize>(
     m: &QMatrix<'_>,
     rb: usize,
     a: &Activations,
@@ -314,14 +359,16 @@ unsafe fn lane16<const NT: usize>(
     debug_assert_eq!(kp, m.k_padded());
     let signed = l.codes == Codes::Signed4;
     let flip = flip_of(l.codes);
-    // SAFETY: the index array holds 64 bytes.
-    let perm = unsafe { _mm512_loadu_si512(PERM16.as_ptr() as *const _) };
-    // Lane pairs (2j, 2j+1) summed: low nibbles give row 2j, high nibbles row 2j+1.
-    let rows_of = |lo: __m512i, hi: __m512i| {
-        let sl = _mm512_add_epi32(lo, _mm512_shuffle_epi32::<_MM_PERM_CDAB>(lo));
-        let sh = _mm512_add_epi32(hi, _mm512_shuffle_epi32::<_MM_PERM_CDAB>(hi));
-        _mm512_mask_blend_epi32(0xAAAA, sl, sh)
+    let low = _mm512_set1_epi8(0x0F);
+    // SAFETY: the index arrays hold 64 bytes each.
+    let (pa, pb) = unsafe {
+        (
+            _mm512_loadu_si512(ROWS16_A.as_ptr() as *const _),
+            _mm512_loadu_si512(ROWS16_B.as_ptr() as *const _),
+        )
     };
+    // Lane r's four bytes → row r's four codes: odd lanes take the high nibbles.
+    let row_codes = |v: __m512i| _mm512_and_si512(_mm512_mask_srli_epi32(v, 0xAAAA, v, 4), low);
     for band in 0..rows / 16 {
         let mut acc = [_mm512_setzero_ps(); NT];
         for cb in 0..m.ct {
@@ -331,30 +378,34 @@ unsafe fn lane16<const NT: usize>(
             let tp = tile.as_ptr();
             for g in 0..per_tile {
                 let xs = token_codes::<i8, NT>(&a.q, kp, t0, cb * cols + g * 32);
-                let mut lo = [_mm512_setzero_si512(); NT];
-                let mut hi = [_mm512_setzero_si512(); NT];
+                let mut sums = start_sums::<NT, S>(a, t0, groups, cb * per_tile + g, signed);
                 for oct in 0..4 {
                     // SAFETY: columns g·32 + 8·oct .. +8 of this band, 8 bytes each, inside the
                     // code plane (asserted above).
                     let at = codes + (g * 32 + oct * 8) * 8;
                     prefetch(tp.wrapping_add(at + PREFETCH));
                     let w = unsafe { _mm512_loadu_si512(tp.add(at) as *const _) };
-                    let (wl, wh) = nibbles(w, flip, Some(perm));
+                    let w = _mm512_xor_si512(w, flip);
+                    let wa = row_codes(_mm512_permutexvar_epi8(pa, w));
+                    let wb = row_codes(_mm512_permutexvar_epi8(pb, w));
                     for t in 0..NT {
                         // SAFETY: 8 of the group's 32 codes at xs[t] + 8·oct.
-                        let eight = unsafe { (xs[t].add(8 * oct) as *const i64).read_unaligned() };
-                        let xv = _mm512_set1_epi64(eight);
-                        lo[t] = _mm512_dpbusd_epi32(lo[t], wl, xv);
-                        hi[t] = _mm512_dpbusd_epi32(hi[t], wh, xv);
+                        let (xa, xb) = unsafe {
+                            let p = xs[t].add(8 * oct) as *const i32;
+                            (p.read_unaligned(), p.add(1).read_unaligned())
+                        };
+                        sums[0][t] = _mm512_dpbusd_epi32(sums[0][t], wa, _mm512_set1_epi32(xa));
+                        sums[S - 1][t] =
+                            _mm512_dpbusd_epi32(sums[S - 1][t], wb, _mm512_set1_epi32(xb));
                     }
                 }
                 // This band's 16 bf16 scales (zero-points) of group g.
                 let slot = 2 * (g * rows + band * 16);
                 let d = widen16(&tile[slot..slot + 32]);
                 let z = l.zero.then(|| widen16(&tile[l.zero_base() + slot..][..32]));
-                for t in 0..NT {
+                for (t, acc) in acc.iter_mut().enumerate() {
                     let at = (t0 + t) * groups + cb * per_tile + g;
-                    acc[t] = scale(acc[t], rows_of(lo[t], hi[t]), d, z, a, at, signed);
+                    *acc = scale(*acc, sum_of::<NT, S>(&sums, t), d, z, a, at, false);
                 }
             }
         }
