@@ -239,13 +239,8 @@ pub fn compare(model: &Model, base: &BaseLogits, chunks: Option<usize>) -> Resul
 /// llama.cpp's per-position arithmetic: the model's log-softmax against the saved one, the
 /// divergence summed over the tokens whose saved log-probability is above −16.
 fn position(logits: &[f32], base: &BaseRow, next: u32) -> Position {
-    let (imax, max) =
-        logits
-            .iter()
-            .enumerate()
-            .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
-                if v > bv { (i, v) } else { (bi, bv) }
-            });
+    let imax = crate::sample::argmax(logits) as usize;
+    let max = logits[imax];
     let sum_exp: f64 = logits.iter().map(|&x| f64::from((x - max).exp())).sum();
     let lse = f64::from(max) + sum_exp.ln();
     let nll = lse - f64::from(logits[next as usize]);

@@ -161,7 +161,8 @@ pub(super) fn nibbles(w: __m512i, flip: __m512i, perm: Option<__m512i>) -> (__m5
     )
 }
 
-/// What a group's integer sums become in f32: `acc + d·dx·(isum − back) + z·dx·Σx`.
+/// What a group's integer sums become in f32: `acc + d·dx·isum + z·dx·Σx` (`isum` with the signed
+/// offset already taken back, see [`start_sums`]).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
 pub(super) fn scale(
@@ -171,17 +172,11 @@ pub(super) fn scale(
     z: Option<__m512>,
     a: &Activations,
     at: usize,
-    signed: bool,
 ) -> __m512 {
     // Broadcasts straight from the per-group arrays (one memory operand each).
-    let v = if signed {
-        _mm512_sub_epi32(isum, _mm512_set1_epi32(a.qsum8[at]))
-    } else {
-        isum
-    };
     let acc = _mm512_fmadd_ps(
         _mm512_mul_ps(d, _mm512_set1_ps(a.qd[at])),
-        _mm512_cvtepi32_ps(v),
+        _mm512_cvtepi32_ps(isum),
         acc,
     );
     match z {
@@ -287,8 +282,8 @@ unsafe fn lane32<const NT: usize, const S: usize>(
                 for t in 0..NT {
                     let at = (t0 + t) * groups + cb * per_tile + g;
                     let (l, h) = (sum_of::<NT, S>(&lo, t), sum_of::<NT, S>(&hi, t));
-                    even[t] = scale(even[t], l, d.0, z.map(|z| z.0), a, at, false);
-                    odd[t] = scale(odd[t], h, d.1, z.map(|z| z.1), a, at, false);
+                    even[t] = scale(even[t], l, d.0, z.map(|z| z.0), a, at);
+                    odd[t] = scale(odd[t], h, d.1, z.map(|z| z.1), a, at);
                 }
             }
         }
@@ -405,7 +400,7 @@ unsafe fn lane16<const NT: usize, const S: usize>(
                 let z = l.zero.then(|| widen16(&tile[l.zero_base() + slot..][..32]));
                 for (t, acc) in acc.iter_mut().enumerate() {
                     let at = (t0 + t) * groups + cb * per_tile + g;
-                    *acc = scale(*acc, sum_of::<NT, S>(&sums, t), d, z, a, at, false);
+                    *acc = scale(*acc, sum_of::<NT, S>(&sums, t), d, z, a, at);
                 }
             }
         }
