@@ -35,33 +35,59 @@ fn dot_portable<R: Row>(a: &[f32], b: &R) -> f32 {
 /// Queries per block.
 pub const QUERIES: usize = 4;
 
-/// `out[i·keys.len() + j] = q_i·k_j` for up to [`QUERIES`] queries (all of one length `d`), the
-/// keys read in the cache's own type.
+/// Floats of keys widened to f32 at a time for the AVX-512 scores: a block that stays in L1 (32
+/// KiB) while every query of the task is scored against it.
+const KEY_BLOCK_FLOATS: usize = 8192;
+
+/// `out[i·keys.len() + j] = q_i·k_j` for any number of queries (all of one length `d`), the keys
+/// read in the cache's own type. Queries go through the kernels [`QUERIES`] at a time; on the
+/// AVX-512 path the keys are first widened to f32 a block at a time, once for all the queries
+/// (a conversion per key and slice instead of one per query block). Each pair's arithmetic is
+/// the same in any case.
 pub fn scores<R: Row>(queries: &[&[f32]], keys: &[R], out: &mut [f32]) {
-    assert!(queries.len() <= QUERIES && out.len() >= queries.len() * keys.len());
-    #[cfg(target_arch = "x86_64")]
-    if simd() && wide() {
-        for (j0, four) in keys.chunks(4).enumerate() {
-            let mut block = [[0f32; 4]; QUERIES];
-            // SAFETY: `simd()` checked AVX2, FMA and F16C, `wide()` AVX-512 F.
-            unsafe { avx512::scores(queries, four, &mut block) };
-            for (i, row) in block.iter().enumerate().take(queries.len()) {
-                for (jj, &s) in row.iter().enumerate().take(four.len()) {
-                    out[i * keys.len() + 4 * j0 + jj] = s;
-                }
-            }
-        }
+    let n = keys.len();
+    assert!(out.len() >= queries.len() * n);
+    if queries.is_empty() || keys.is_empty() {
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if simd() {
-        for (j0, pair) in keys.chunks(2).enumerate() {
-            let mut block = [[0f32; 2]; QUERIES];
-            // SAFETY: `simd()` checked AVX2, FMA and F16C.
-            unsafe { avx2::scores(queries, pair, &mut block) };
-            for (i, row) in block.iter().enumerate().take(queries.len()) {
-                for (jj, &s) in row.iter().enumerate().take(pair.len()) {
-                    out[i * keys.len() + 2 * j0 + jj] = s;
+        let d = queries[0].len();
+        if wide() && d <= KEY_BLOCK_FLOATS / 4 {
+            let per = KEY_BLOCK_FLOATS / d;
+            let mut buf = [0f32; KEY_BLOCK_FLOATS];
+            for (b, block) in keys.chunks(per).enumerate() {
+                // SAFETY: `simd()` checked AVX2, FMA and F16C, `wide()` AVX-512 F.
+                unsafe { avx512::widen(block, d, &mut buf) };
+                let rows: Vec<&[f32]> = buf.chunks_exact(d).take(block.len()).collect();
+                for (c, qs) in queries.chunks(QUERIES).enumerate() {
+                    let out = &mut out[c * QUERIES * n..];
+                    // SAFETY: as above.
+                    unsafe {
+                        match qs.len() {
+                            1 => avx512::scores::<_, 1>(qs, &rows, out, n, b * per),
+                            2 => avx512::scores::<_, 2>(qs, &rows, out, n, b * per),
+                            3 => avx512::scores::<_, 3>(qs, &rows, out, n, b * per),
+                            _ => avx512::scores::<_, 4>(qs, &rows, out, n, b * per),
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        for (c, qs) in queries.chunks(QUERIES).enumerate() {
+            let out = &mut out[c * QUERIES * n..];
+            // SAFETY: `simd()` checked AVX2, FMA and F16C, `wide()` AVX-512 F.
+            unsafe {
+                match (wide(), qs.len()) {
+                    (true, 1) => avx512::scores::<R, 1>(qs, keys, out, n, 0),
+                    (true, 2) => avx512::scores::<R, 2>(qs, keys, out, n, 0),
+                    (true, 3) => avx512::scores::<R, 3>(qs, keys, out, n, 0),
+                    (true, _) => avx512::scores::<R, 4>(qs, keys, out, n, 0),
+                    (false, 1) => avx2::scores::<R, 1>(qs, keys, out),
+                    (false, 2) => avx2::scores::<R, 2>(qs, keys, out),
+                    (false, 3) => avx2::scores::<R, 3>(qs, keys, out),
+                    (false, _) => avx2::scores::<R, 4>(qs, keys, out),
                 }
             }
         }
@@ -69,15 +95,18 @@ pub fn scores<R: Row>(queries: &[&[f32]], keys: &[R], out: &mut [f32]) {
     }
     for (i, q) in queries.iter().enumerate() {
         for (j, k) in keys.iter().enumerate() {
-            out[i * keys.len() + j] = dot_portable(q, k);
+            out[i * n + j] = dot_portable(q, k);
         }
     }
 }
 
-/// `out_i = Σ_{j ∈ range_i} p_i[j − first]·v_j` for up to [`QUERIES`] queries: `values[j −
-/// first]` is key `j`'s value vector, `weights[i]` query `i`'s weights from key `first` on, and
-/// query `i` sums keys `ranges[i].0 ..= ranges[i].1` (its causal window) in increasing order.
-/// Each output is overwritten.
+/// `out_i = Σ_{j ∈ range_i} p_i[j − first]·v_j` for any number of queries: `values[j − first]`
+/// is key `j`'s value vector, `weights[i]` query `i`'s weights from key `first` on, and query `i`
+/// sums keys `ranges[i].0 ..= ranges[i].1` (its causal window) in increasing order. Each output
+/// is overwritten. Queries go through the kernels [`QUERIES`] at a time, each block reading the
+/// values in their own type. (Widening them to f32 a block of keys at a time, as the scores do,
+/// measured slower: `benches/attend.rs`, 66–68 against 88–97 GFLOP/s at one thread; the
+/// conversions overlap the FMAs, the separate widening pass does not.)
 pub fn weighted_sums<R: Row>(
     weights: &[&[f32]],
     ranges: &[(usize, usize)],
@@ -85,13 +114,24 @@ pub fn weighted_sums<R: Row>(
     values: &[R],
     outs: &mut [&mut [f32]],
 ) {
-    assert!(
-        weights.len() <= QUERIES && weights.len() == ranges.len() && outs.len() == ranges.len()
-    );
+    assert!(weights.len() == ranges.len() && outs.len() == ranges.len());
+    if weights.is_empty() {
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if simd() {
-        // SAFETY: `simd()` checked AVX2, FMA and F16C; `wide()` AVX-512 F.
-        return unsafe { avx2::weighted_sums(weights, ranges, first, values, outs, wide()) };
+        for o in outs.iter_mut() {
+            o.fill(0.0);
+        }
+        for ((w, r), o) in weights
+            .chunks(QUERIES)
+            .zip(ranges.chunks(QUERIES))
+            .zip(outs.chunks_mut(QUERIES))
+        {
+            // SAFETY: `simd()` checked AVX2, FMA and F16C; `wide()` AVX-512 F.
+            unsafe { avx2::accumulate(w, first, r, values, first, o, wide()) };
+        }
+        return;
     }
     for ((w, &(lo, hi)), out) in weights.iter().zip(ranges).zip(outs.iter_mut()) {
         out.fill(0.0);
@@ -105,14 +145,16 @@ pub fn weighted_sums<R: Row>(
     }
 }
 
-/// The weighted sums' inner loop for one register width (AVX2's 8 floats, AVX-512's 16): `S`
-/// slices of `$w` floats from `c` of every query's sum. Each key's slices are loaded once for all
-/// queries and the sums stay in registers over the keys (increasing order, one FMA per key and
-/// lane, so the width never changes a number), with range checks only outside the keys
-/// `(clo, chi)` common to every query.
+/// The weighted sums' inner loop for one register width (AVX2's 8 floats, AVX-512's 16): adds
+/// to `S` slices of `$w` floats from `c` of every query's output its sum over keys `lo ..= hi`
+/// (those of its range). Each key's slices are loaded once for all queries and the sums stay in
+/// registers over the keys (increasing order, one FMA per key and lane, so the width never
+/// changes a number), with range checks only outside the keys `(clo, chi)` common to every
+/// query. Weight `j` of query `i` is `weights[i][j − wfirst]`, key `j`'s value `values[j −
+/// vfirst]`.
 #[cfg(target_arch = "x86_64")]
 macro_rules! slices_fn {
-    ($feat:literal, $w:literal, $v:ty, $zero:ident, $load:ident, $set1:ident, $fma:ident, $store:ident) => {
+    ($feat:literal, $w:literal, $v:ty, $zero:ident, $load:ident, $loadu:ident, $set1:ident, $fma:ident, $store:ident) => {
         /// See `slices_fn!`.
         ///
         /// # Safety
@@ -121,44 +163,43 @@ macro_rules! slices_fn {
         #[allow(clippy::too_many_arguments)]
         #[inline]
         #[target_feature(enable = $feat)]
-        pub(super) unsafe fn slices<R: Row, const S: usize>(
+        pub(super) unsafe fn slices<R: Row, const S: usize, const NQ: usize>(
             weights: &[&[f32]],
+            wfirst: usize,
             ranges: &[(usize, usize)],
-            first: usize,
             values: &[R],
+            vfirst: usize,
             outs: &mut [&mut [f32]],
             c: usize,
             (lo, hi): (usize, usize),
             (clo, chi): (usize, usize),
         ) {
-            let nq = weights.len();
-            let mut acc = [[$zero(); S]; QUERIES];
-            let mut key = |j: usize, checked: bool| {
-                let vr = values[j - first];
-                // SAFETY: value j holds c + w·S values (this function's contract).
-                let v: [$v; S] = std::array::from_fn(|s| unsafe { vr.$load(c + $w * s) });
-                for i in 0..nq {
-                    if !checked || (j >= ranges[i].0 && j <= ranges[i].1) {
-                        let p = $set1(weights[i][j - first]);
+            let w: [&[f32]; NQ] = std::array::from_fn(|i| weights[i]);
+            let r: [(usize, usize); NQ] = std::array::from_fn(|i| ranges[i]);
+            let mut acc = [[$zero(); S]; NQ];
+            for (out, acc) in outs.iter().zip(acc.iter_mut()) {
+                for (s, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: every output holds c + w·S floats (this function's contract).
+                    *a = unsafe { $loadu(out.as_ptr().add(c + $w * s)) };
+                }
+            }
+            for j in lo..=hi {
+                // Keys outside the common range are summed only by the queries whose range
+                // holds them.
+                let checked = j < clo || j > chi;
+                let vr = values[j - vfirst];
+                let mut v = [$zero(); S];
+                for (s, v) in v.iter_mut().enumerate() {
+                    // SAFETY: value j holds c + w·S values (this function's contract).
+                    *v = unsafe { vr.$load(c + $w * s) };
+                }
+                for i in 0..NQ {
+                    if !checked || (j >= r[i].0 && j <= r[i].1) {
+                        let p = $set1(w[i][j - wfirst]);
                         for s in 0..S {
                             acc[i][s] = $fma(p, v[s], acc[i][s]);
                         }
                     }
-                }
-            };
-            if clo <= chi {
-                for j in lo..clo {
-                    key(j, true);
-                }
-                for j in clo..=chi {
-                    key(j, false);
-                }
-                for j in chi + 1..=hi {
-                    key(j, true);
-                }
-            } else {
-                for j in lo..=hi {
-                    key(j, true);
                 }
             }
             for (out, sums) in outs.iter_mut().zip(&acc) {
@@ -167,6 +208,19 @@ macro_rules! slices_fn {
                     unsafe { $store(out.as_mut_ptr().add(c + $w * s), sum) };
                 }
             }
+        }
+    };
+}
+
+/// `slices::<R, S, NQ>` of module `$m` for the run-time query count `$nq` (1 to [`QUERIES`]).
+#[cfg(target_arch = "x86_64")]
+macro_rules! slices_for {
+    ($($m:ident)::+, $s:literal, $nq:expr, ($($arg:expr),*)) => {
+        match $nq {
+            1 => $($m)::+::slices::<R, $s, 1>($($arg),*),
+            2 => $($m)::+::slices::<R, $s, 2>($($arg),*),
+            3 => $($m)::+::slices::<R, $s, 3>($($arg),*),
+            _ => $($m)::+::slices::<R, $s, 4>($($arg),*),
         }
     };
 }
@@ -188,59 +242,148 @@ fn wide() -> bool {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::QUERIES;
     use crate::kv::Row;
 
-    /// Up to 4 queries × 1 to 4 keys in 16-float slices, one 16-lane accumulator per pair
-    /// (sixteen of the 32 registers), reduced by `_mm512_reduce_add_ps`: eight loads feed sixteen
-    /// FMAs. A pair's sum runs in another order than the 8-float one, so its last bits may differ
-    /// from the AVX2 path's; it is fixed whatever the blocking, so a query still gets the same
-    /// bits alone and in a block.
+    /// `NQ` queries against every key, four keys at a time, in 16-float slices: one 16-lane
+    /// accumulator per pair (sixteen of the 32 registers; `NQ` is a constant so that they stay
+    /// in registers), reduced by `_mm512_reduce_add_ps`: eight loads feed sixteen FMAs. A pair's
+    /// sum runs in another order than the 8-float one, so its last bits may differ from the AVX2
+    /// path's; it is fixed whatever the blocking, so a query gets the same bits alone and in a
+    /// block.
+    ///
+    /// Pair (i, j) goes to `out[i·stride + offset + j]`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, AVX2, FMA and F16C.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub(super) unsafe fn scores<R: Row>(
+    pub(super) unsafe fn scores<R: Row, const NQ: usize>(
         queries: &[&[f32]],
         keys: &[R],
-        out: &mut [[f32; 4]; QUERIES],
+        out: &mut [f32],
+        stride: usize,
+        offset: usize,
     ) {
-        let d = queries[0].len();
+        let q: [&[f32]; NQ] = std::array::from_fn(|i| queries[i]);
+        let d = q[0].len();
         let full = d / 16 * 16;
-        for q in queries {
+        for q in &q {
             assert!(q.len() == d);
         }
         for k in keys {
             assert!(k.len() == d);
         }
-        let (nq, nk) = (queries.len(), keys.len());
-        // Fewer than four keys: the last one stands in for the missing (its sums are dropped).
-        let k: [R; 4] = std::array::from_fn(|j| keys[j.min(nk - 1)]);
-        let mut acc = [[_mm512_setzero_ps(); 4]; QUERIES];
-        for c in (0..full).step_by(16) {
-            // SAFETY: c + 16 ≤ d, the length of every query and key (asserted above); the
-            // caller checked AVX-512 F.
-            unsafe {
-                let kv = [
-                    k[0].load16(c),
-                    k[1].load16(c),
-                    k[2].load16(c),
-                    k[3].load16(c),
-                ];
-                for i in 0..nq {
-                    let qv = _mm512_loadu_ps(queries[i].as_ptr().add(c));
-                    for j in 0..4 {
-                        acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
+        assert!(NQ > 0 && out.len() >= (NQ - 1) * stride + offset + keys.len());
+        for (j0, four) in keys.chunks(4).enumerate() {
+            let nk = four.len();
+            // Fewer than four keys: the last one stands in for the missing (its sums are dropped).
+            let k = [
+                four[0],
+                four[1.min(nk - 1)],
+                four[2.min(nk - 1)],
+                four[nk - 1],
+            ];
+            let mut acc = [[_mm512_setzero_ps(); 4]; NQ];
+            let mut c = 0;
+            while c < full {
+                // SAFETY: c + 16 ≤ d, the length of every query and key (asserted above); the
+                // caller checked AVX-512 F.
+                unsafe {
+                    let kv = [
+                        k[0].load16(c),
+                        k[1].load16(c),
+                        k[2].load16(c),
+                        k[3].load16(c),
+                    ];
+                    for i in 0..NQ {
+                        let qv = _mm512_loadu_ps(q[i].as_ptr().add(c));
+                        for j in 0..4 {
+                            acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
+                        }
+                    }
+                }
+                c += 16;
+            }
+            let mut pairs = [_mm512_setzero_ps(); 16];
+            for (i, acc) in acc.iter().enumerate() {
+                pairs[4 * i..4 * i + 4].copy_from_slice(acc);
+            }
+            let mut sums = [0f32; 16];
+            // SAFETY: 16 floats to `sums`; the caller checked AVX-512 F.
+            unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), reduce16(pairs)) };
+            for i in 0..NQ {
+                for j in 0..4 {
+                    if j < nk {
+                        let mut s = sums[4 * j + i];
+                        for (t, &x) in q[i].iter().enumerate().skip(full) {
+                            s += x * four[j].get(t);
+                        }
+                        out[i * stride + offset + 4 * j0 + j] = s;
                     }
                 }
             }
         }
-        for i in 0..nq {
-            for j in 0..nk {
-                let mut s = _mm512_reduce_add_ps(acc[i][j]);
-                for (t, &q) in queries[i].iter().enumerate().skip(full) {
-                    s += q * keys[j].get(t);
-                }
-                out[i][j] = s;
+    }
+
+    /// Keys as f32 rows of `d` floats in `buf`, each value read as the kernels read it.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, AVX2, FMA and F16C.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn widen<R: Row>(keys: &[R], d: usize, buf: &mut [f32]) {
+        let full = d / 16 * 16;
+        assert!(buf.len() >= keys.len() * d);
+        for (k, dst) in keys.iter().zip(buf.chunks_exact_mut(d)) {
+            assert!(k.len() == d);
+            let mut c = 0;
+            while c < full {
+                // SAFETY: c + 16 ≤ d, the length of the key and of its row in `buf`.
+                unsafe { _mm512_storeu_ps(dst.as_mut_ptr().add(c), k.load16(c)) };
+                c += 16;
+            }
+            for (t, x) in dst.iter_mut().enumerate().skip(full) {
+                *x = k.get(t);
             }
         }
+    }
+
+    /// The sixteen lane sums of sixteen vectors at once: lane `4j + i` of the result is the sum
+    /// of `v[4i + j]`'s lanes. Each vector's lanes are paired as `_mm512_reduce_add_ps` pairs them
+    /// (lane l with l + 8, then l + 4, l + 2, l + 1), so every sum has the same bits as that
+    /// reduction's, in 15 additions and 30 shuffles where sixteen reductions take 64 and 64.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn reduce16(v: [__m512; 16]) -> __m512 {
+        // Lanes l and l + 8: [v₂ₚ halves summed | v₂ₚ₊₁ halves summed].
+        let mut w = [_mm512_setzero_ps(); 8];
+        for (p, w) in w.iter_mut().enumerate() {
+            let (a, b) = (v[2 * p], v[2 * p + 1]);
+            *w = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xEE>(a, b),
+            );
+        }
+        // l and l + 4: 128-bit chunk k of x_q holds v₄q₊ₖ's four partial sums.
+        let mut x = [_mm512_setzero_ps(); 4];
+        for (q, x) in x.iter_mut().enumerate() {
+            let (a, b) = (w[2 * q], w[2 * q + 1]);
+            *x = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+                _mm512_shuffle_f32x4::<0xDD>(a, b),
+            );
+        }
+        // l and l + 2, then l and l + 1, within each 128-bit chunk.
+        let y0 = _mm512_add_ps(
+            _mm512_shuffle_ps::<0x44>(x[0], x[1]),
+            _mm512_shuffle_ps::<0xEE>(x[0], x[1]),
+        );
+        let y1 = _mm512_add_ps(
+            _mm512_shuffle_ps::<0x44>(x[2], x[3]),
+            _mm512_shuffle_ps::<0xEE>(x[2], x[3]),
+        );
+        _mm512_add_ps(
+            _mm512_shuffle_ps::<0x88>(y0, y1),
+            _mm512_shuffle_ps::<0xDD>(y0, y1),
+        )
     }
 
     slices_fn!(
@@ -249,6 +392,7 @@ mod avx512 {
         __m512,
         _mm512_setzero_ps,
         load16,
+        _mm512_loadu_ps,
         _mm512_set1_ps,
         _mm512_fmadd_ps,
         _mm512_storeu_ps
@@ -259,71 +403,94 @@ mod avx512 {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::QUERIES;
     use crate::kv::Row;
     use crate::ops::avx2::hsum;
 
-    /// Up to 4 queries × 1 or 2 keys.
+    /// `NQ` queries against every key, two keys at a time, in 8-float slices: one 8-lane
+    /// accumulator per pair (`NQ` a constant so that they stay in registers).
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn scores<R: Row>(
+    pub(super) unsafe fn scores<R: Row, const NQ: usize>(
         queries: &[&[f32]],
         keys: &[R],
-        out: &mut [[f32; 2]; QUERIES],
+        out: &mut [f32],
     ) {
-        let d = queries[0].len();
+        let q: [&[f32]; NQ] = std::array::from_fn(|i| queries[i]);
+        let d = q[0].len();
         let full = d / 8 * 8;
-        for q in queries {
+        for q in &q {
             assert!(q.len() == d);
         }
         for k in keys {
             assert!(k.len() == d);
         }
-        let mut acc = [[_mm256_setzero_ps(); 2]; QUERIES];
-        let (nq, nk) = (queries.len(), keys.len());
-        let k1 = keys[nk - 1];
-        for c in (0..full).step_by(8) {
-            // SAFETY: c + 8 ≤ d, the length of every query and key (asserted above).
-            unsafe {
-                let kv = [keys[0].load8(c), k1.load8(c)];
-                for i in 0..nq {
-                    let qv = _mm256_loadu_ps(queries[i].as_ptr().add(c));
-                    acc[i][0] = _mm256_fmadd_ps(qv, kv[0], acc[i][0]);
-                    acc[i][1] = _mm256_fmadd_ps(qv, kv[1], acc[i][1]);
+        let n = keys.len();
+        assert!(out.len() >= NQ * n);
+        for (j0, pair) in keys.chunks(2).enumerate() {
+            let nk = pair.len();
+            let (k0, k1) = (pair[0], pair[nk - 1]);
+            let mut acc = [[_mm256_setzero_ps(); 2]; NQ];
+            let mut c = 0;
+            while c < full {
+                // SAFETY: c + 8 ≤ d, the length of every query and key (asserted above).
+                unsafe {
+                    let kv = [k0.load8(c), k1.load8(c)];
+                    for i in 0..NQ {
+                        let qv = _mm256_loadu_ps(q[i].as_ptr().add(c));
+                        acc[i][0] = _mm256_fmadd_ps(qv, kv[0], acc[i][0]);
+                        acc[i][1] = _mm256_fmadd_ps(qv, kv[1], acc[i][1]);
+                    }
                 }
+                c += 8;
             }
-        }
-        for i in 0..nq {
-            for j in 0..nk {
-                let mut s = hsum(acc[i][j]);
-                for (t, &q) in queries[i].iter().enumerate().skip(full) {
-                    s += q * keys[j].get(t);
+            for i in 0..NQ {
+                for j in 0..2 {
+                    if j < nk {
+                        let mut s = hsum(acc[i][j]);
+                        for (t, &x) in q[i].iter().enumerate().skip(full) {
+                            s += x * pair[j].get(t);
+                        }
+                        out[i * n + 2 * j0 + j] = s;
+                    }
                 }
-                out[i][j] = s;
             }
         }
     }
 
-    /// See `super::weighted_sums`; `wide`: the CPU has AVX-512 F, and whole 64- and 16-float
-    /// slices take its registers.
+    /// Adds to up to [`super::QUERIES`] outputs their queries' weighted sums over their ranges
+    /// (`(a, b)` with `a > b`: none); weight `j` of query `i` is `weights[i][j − wfirst]`, key
+    /// `j`'s value `values[j − vfirst]`. `wide`: the CPU has AVX-512 F, and whole 64- and
+    /// 16-float slices take its registers.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C (and AVX-512 F where `wide`).
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn weighted_sums<R: Row>(
+    pub(super) unsafe fn accumulate<R: Row>(
         weights: &[&[f32]],
+        wfirst: usize,
         ranges: &[(usize, usize)],
-        first: usize,
         values: &[R],
+        vfirst: usize,
         outs: &mut [&mut [f32]],
         wide: bool,
     ) {
         let nq = weights.len();
+        assert!(nq <= super::QUERIES && ranges.len() == nq && outs.len() == nq);
+        let live = || ranges.iter().filter(|r| r.0 <= r.1);
+        let (Some(lo), Some(hi)) = (live().map(|r| r.0).min(), live().map(|r| r.1).max()) else {
+            return;
+        };
         let d = outs[0].len();
         let full = d / 8 * 8;
-        let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
-        let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
         for (w, &(a, b)) in weights.iter().zip(ranges) {
-            assert!(a >= first && w.len() > b - first);
+            assert!(a > b || (a >= wfirst && w.len() > b - wfirst));
         }
+        assert!(lo >= vfirst && values.len() > hi - vfirst);
         for j in lo..=hi {
-            assert!(values[j - first].len() == d);
+            assert!(values[j - vfirst].len() == d);
         }
         for o in outs.iter() {
             assert!(o.len() == d);
@@ -333,14 +500,19 @@ mod avx2 {
             ranges.iter().map(|r| r.0).max().unwrap_or(0),
             ranges.iter().map(|r| r.1).min().unwrap_or(0),
         );
+        let keys = (lo, hi);
         let mut c = 0;
-        let (keys, common) = ((lo, hi), common);
         if wide {
             while c + 64 <= full {
                 // SAFETY: AVX-512 F (the caller's `wide`); c + 64 ≤ d (asserted above).
                 unsafe {
-                    super::avx512::slices::<R, 4>(
-                        weights, ranges, first, values, outs, c, keys, common,
+                    slices_for!(
+                        super::avx512,
+                        4,
+                        nq,
+                        (
+                            weights, wfirst, ranges, values, vfirst, outs, c, keys, common
+                        )
                     )
                 };
                 c += 64;
@@ -348,8 +520,13 @@ mod avx2 {
             while c + 16 <= full {
                 // SAFETY: as above, c + 16 ≤ d.
                 unsafe {
-                    super::avx512::slices::<R, 1>(
-                        weights, ranges, first, values, outs, c, keys, common,
+                    slices_for!(
+                        super::avx512,
+                        1,
+                        nq,
+                        (
+                            weights, wfirst, ranges, values, vfirst, outs, c, keys, common
+                        )
                     )
                 };
                 c += 16;
@@ -357,20 +534,36 @@ mod avx2 {
         }
         while c + 16 <= full {
             // SAFETY: c + 16 ≤ d, the length of every value and output (asserted above).
-            unsafe { slices::<R, 2>(weights, ranges, first, values, outs, c, (lo, hi), common) };
+            unsafe {
+                slices_for!(
+                    self,
+                    2,
+                    nq,
+                    (
+                        weights, wfirst, ranges, values, vfirst, outs, c, keys, common
+                    )
+                )
+            };
             c += 16;
         }
         if c < full {
             // SAFETY: c + 8 ≤ d, as above.
-            unsafe { slices::<R, 1>(weights, ranges, first, values, outs, c, (lo, hi), common) };
+            unsafe {
+                slices_for!(
+                    self,
+                    1,
+                    nq,
+                    (
+                        weights, wfirst, ranges, values, vfirst, outs, c, keys, common
+                    )
+                )
+            };
         }
         for i in 0..nq {
             for (t, o) in outs[i].iter_mut().enumerate().skip(full) {
-                let mut s = 0f32;
                 for j in ranges[i].0..=ranges[i].1 {
-                    s += weights[i][j - first] * values[j - first].get(t);
+                    *o += weights[i][j - wfirst] * values[j - vfirst].get(t);
                 }
-                *o = s;
             }
         }
     }
@@ -381,6 +574,7 @@ mod avx2 {
         __m256,
         _mm256_setzero_ps,
         load8,
+        _mm256_loadu_ps,
         _mm256_set1_ps,
         _mm256_fmadd_ps,
         _mm256_storeu_ps

@@ -76,13 +76,7 @@ impl ReadRows for Block<'_, '_> {
     fn rows<R: Row>(self, keys: &[R], values: &[R]) {
         let (first, span) = (self.first, keys.len());
         let mut sc = vec![0f32; self.queries.len() * span];
-        for (qs, out) in self
-            .queries
-            .chunks(attend::QUERIES)
-            .zip(sc.chunks_mut(attend::QUERIES * span))
-        {
-            attend::scores(qs, keys, out);
-        }
+        attend::scores(self.queries, keys, &mut sc);
         for (row, &(lo, p)) in sc.chunks_exact_mut(span).zip(self.ranges) {
             let own = &mut row[lo - first..=p - first];
             for s in own.iter_mut() {
@@ -94,13 +88,7 @@ impl ReadRows for Block<'_, '_> {
             ops::softmax(own);
         }
         let weights: Vec<&[f32]> = sc.chunks_exact(span).collect();
-        for ((w, r), o) in weights
-            .chunks(attend::QUERIES)
-            .zip(self.ranges.chunks(attend::QUERIES))
-            .zip(self.outs.chunks_mut(attend::QUERIES))
-        {
-            attend::weighted_sums(w, r, first, values, o);
-        }
+        attend::weighted_sums(&weights, self.ranges, first, values, self.outs);
     }
 }
 
