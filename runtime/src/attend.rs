@@ -35,6 +35,11 @@ fn dot_portable<R: Row>(a: &[f32], b: &R) -> f32 {
 /// Queries per block.
 pub const QUERIES: usize = 4;
 
+/// Queries per block of the weighted sums on the AVX-512 path: eight queries × two 16-float
+/// slices take sixteen of the 32 registers, and each value slice is converted once for eight
+/// queries instead of four.
+const WIDE_QUERIES: usize = 8;
+
 /// Floats of keys widened to f32 at a time for the AVX-512 scores: a block that stays in L1 (32
 /// KiB) while every query of the task is scored against it.
 const KEY_BLOCK_FLOATS: usize = 8192;
@@ -103,8 +108,8 @@ pub fn scores<R: Row>(queries: &[&[f32]], keys: &[R], out: &mut [f32]) {
 /// `out_i = Σ_{j ∈ range_i} p_i[j − first]·v_j` for any number of queries: `values[j − first]`
 /// is key `j`'s value vector, `weights[i]` query `i`'s weights from key `first` on, and query `i`
 /// sums keys `ranges[i].0 ..= ranges[i].1` (its causal window) in increasing order. Each output
-/// is overwritten. Queries go through the kernels [`QUERIES`] at a time, each block reading the
-/// values in their own type. (Widening them to f32 a block of keys at a time, as the scores do,
+/// is overwritten. Queries go through the kernels [`QUERIES`] at a time ([`WIDE_QUERIES`] on the
+/// AVX-512 path), each block reading the values in their own type. (Widening them to f32 a block of keys at a time, as the scores do,
 /// measured slower: `benches/attend.rs`, 66–68 against 88–97 GFLOP/s at one thread; the
 /// conversions overlap the FMAs, the separate widening pass does not.)
 pub fn weighted_sums<R: Row>(
@@ -123,10 +128,11 @@ pub fn weighted_sums<R: Row>(
         for o in outs.iter_mut() {
             o.fill(0.0);
         }
+        let per = if wide() { WIDE_QUERIES } else { QUERIES };
         for ((w, r), o) in weights
-            .chunks(QUERIES)
-            .zip(ranges.chunks(QUERIES))
-            .zip(outs.chunks_mut(QUERIES))
+            .chunks(per)
+            .zip(ranges.chunks(per))
+            .zip(outs.chunks_mut(per))
         {
             // SAFETY: `simd()` checked AVX2, FMA and F16C; `wide()` AVX-512 F.
             unsafe { avx2::accumulate(w, first, r, values, first, o, wide()) };
@@ -212,7 +218,8 @@ macro_rules! slices_fn {
     };
 }
 
-/// `slices::<R, S, NQ>` of module `$m` for the run-time query count `$nq` (1 to [`QUERIES`]).
+/// `slices::<R, S, NQ>` of module `$m` for the run-time query count `$nq` (1 to
+/// [`WIDE_QUERIES`]).
 #[cfg(target_arch = "x86_64")]
 macro_rules! slices_for {
     ($($m:ident)::+, $s:literal, $nq:expr, ($($arg:expr),*)) => {
@@ -220,7 +227,11 @@ macro_rules! slices_for {
             1 => $($m)::+::slices::<R, $s, 1>($($arg),*),
             2 => $($m)::+::slices::<R, $s, 2>($($arg),*),
             3 => $($m)::+::slices::<R, $s, 3>($($arg),*),
-            _ => $($m)::+::slices::<R, $s, 4>($($arg),*),
+            4 => $($m)::+::slices::<R, $s, 4>($($arg),*),
+            5 => $($m)::+::slices::<R, $s, 5>($($arg),*),
+            6 => $($m)::+::slices::<R, $s, 6>($($arg),*),
+            7 => $($m)::+::slices::<R, $s, 7>($($arg),*),
+            _ => $($m)::+::slices::<R, $s, 8>($($arg),*),
         }
     };
 }
@@ -459,10 +470,11 @@ mod avx2 {
         }
     }
 
-    /// Adds to up to [`super::QUERIES`] outputs their queries' weighted sums over their ranges
-    /// (`(a, b)` with `a > b`: none); weight `j` of query `i` is `weights[i][j − wfirst]`, key
-    /// `j`'s value `values[j − vfirst]`. `wide`: the CPU has AVX-512 F, and whole 64- and
-    /// 16-float slices take its registers.
+    /// Adds to up to [`super::QUERIES`] outputs (up to [`super::WIDE_QUERIES`] where `wide`)
+    /// their queries' weighted sums over their ranges (`(a, b)` with `a > b`: none); weight `j`
+    /// of query `i` is `weights[i][j − wfirst]`, key `j`'s value `values[j − vfirst]`. `wide`:
+    /// the CPU has AVX-512 F, and whole 64-float slices (32 with more than four queries) and
+    /// 16-float ones take its registers.
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C (and AVX-512 F where `wide`).
@@ -478,7 +490,12 @@ mod avx2 {
         wide: bool,
     ) {
         let nq = weights.len();
-        assert!(nq <= super::QUERIES && ranges.len() == nq && outs.len() == nq);
+        let most = if wide {
+            super::WIDE_QUERIES
+        } else {
+            super::QUERIES
+        };
+        assert!(nq <= most && ranges.len() == nq && outs.len() == nq);
         let live = || ranges.iter().filter(|r| r.0 <= r.1);
         let (Some(lo), Some(hi)) = (live().map(|r| r.0).min(), live().map(|r| r.1).max()) else {
             return;
@@ -502,6 +519,22 @@ mod avx2 {
         );
         let keys = (lo, hi);
         let mut c = 0;
+        if wide && nq > super::QUERIES {
+            while c + 32 <= full {
+                // SAFETY: AVX-512 F (the caller's `wide`); c + 32 ≤ d (asserted above).
+                unsafe {
+                    slices_for!(
+                        super::avx512,
+                        2,
+                        nq,
+                        (
+                            weights, wfirst, ranges, values, vfirst, outs, c, keys, common
+                        )
+                    )
+                };
+                c += 32;
+            }
+        }
         if wide {
             while c + 64 <= full {
                 // SAFETY: AVX-512 F (the caller's `wide`); c + 64 ≤ d (asserted above).
