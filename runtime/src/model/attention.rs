@@ -60,6 +60,10 @@ impl Attention {
     }
 }
 
+/// Query vectors per attention task in a prefill: the rows of a task times the heads of a KV
+/// group come to about this many, each key and value read once for all of them.
+const TASK_QUERIES: usize = 16;
+
 /// One task's queries (rows of one sequence × heads of one KV group), their causal ranges, and
 /// where their outputs go: the softmax-weighted sums over the cached keys and values of
 /// positions `first..`, read in the cache's own type.
@@ -203,19 +207,20 @@ impl Mixing for Attention {
             s.kv[li].write(p, &k[t * kvr..(t + 1) * kvr], &v[t * kvr..(t + 1) * kvr]);
         }
         let caches: Vec<&LayerCache> = pass.sessions.iter().map(|s| &s.kv[li]).collect();
-        let group = (nh / nkv.max(1)).max(1);
         let q = &q[..];
-        // Tasks: up to ROWS consecutive rows of one sequence × one KV head × some heads of its
+        // Tasks: up to `rows` consecutive rows of one sequence × one KV head × some heads of its
         // group. The keys and values of the block are read once for all its query vectors
-        // (`attend`); with fewer tasks than threads (decode of one sequence) the group's heads
-        // split across tasks. A query's arithmetic is the same in any task shape.
-        const ROWS: usize = 4;
+        // (`attend`): about 16 of them, so 4 rows of a group of 4 heads and 8 of a group of 2;
+        // with fewer tasks than threads (decode of one sequence) the group's heads split across
+        // tasks. A query's arithmetic is the same in any task shape.
+        let group = (nh / nkv.max(1)).max(1);
+        let rows = (TASK_QUERIES / group).clamp(4, TASK_QUERIES);
         let mut blocks: Vec<(usize, usize)> = Vec::new();
         for t in 0..n {
             match blocks.last_mut() {
                 Some((t0, t1))
                     if *t1 == t
-                        && t - *t0 < ROWS
+                        && t - *t0 < rows
                         && seq_pos[t].0 == seq_pos[t - 1].0
                         && seq_pos[t].1 == seq_pos[t - 1].1 + 1 =>
                 {

@@ -76,6 +76,13 @@ const PARALLEL_ROWS: usize = 4;
 /// choice on the essay is 105 (docs/runtime.md).
 pub const DEFAULT_HEAD_RESCORE: usize = 128;
 
+/// Rows per forward batch of a long prompt in [`Model::forward`]. The weights are read once per
+/// batch, so larger is cheaper for them; past a few hundred rows that saving is small, while
+/// every per-batch buffer (the FFN's activations are rows × FFN width floats) grows with it, and
+/// buffers of tens of MB come fresh from the kernel, zeroed, for every layer. 512 is llama.cpp's
+/// default physical batch as well.
+pub const PREFILL_ROWS: usize = 512;
+
 impl Model {
     /// Re-scores the `k` best candidates of each token's tiled head against the exact head (the
     /// bf16 embedding of a tied model; see [`crate::head`]); 0 turns it off. Returns the count in
@@ -217,15 +224,22 @@ impl Model {
     }
 
     /// Runs `tokens` at positions `s.pos..`, appending to the cache. Returns the logits of every
-    /// token (`all`) or of the last one, row-major `[tokens][vocab]`.
+    /// token (`all`) or of the last one, row-major `[tokens][vocab]`. A long prompt goes through
+    /// in batches of [`PREFILL_ROWS`] rows, each row's numbers the same as in one batch.
     pub fn forward(&self, s: &mut Session, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
         let n = tokens.len();
-        if n == 0 {
-            return Ok(Vec::new());
+        let mut logits = Vec::new();
+        for (c, chunk) in tokens.chunks(PREFILL_ROWS).enumerate() {
+            let rows: Vec<(usize, u32)> = chunk.iter().map(|&t| (0, t)).collect();
+            let last = (c + 1) * PREFILL_ROWS >= n;
+            let want: Vec<usize> = match (all, last) {
+                (true, _) => (0..chunk.len()).collect(),
+                (false, true) => vec![chunk.len() - 1],
+                (false, false) => Vec::new(),
+            };
+            logits.extend(self.forward_batch(&mut [&mut *s], &rows, &want)?);
         }
-        let rows: Vec<(usize, u32)> = tokens.iter().map(|&t| (0, t)).collect();
-        let want: Vec<usize> = if all { (0..n).collect() } else { vec![n - 1] };
-        self.forward_batch(&mut [s], &rows, &want)
+        Ok(logits)
     }
 
     /// Runs one batch of rows from several sequences at once: row `(i, token)` appends `token`
