@@ -241,7 +241,7 @@ def compare_logits(a: argparse.Namespace, name: str, gguf: Path, src: list[str],
 def kld_cell(k: dict | None) -> str:
     if not k:
         return ""
-    return f"{k['kld_mean']:.5f} / {k['kld_max']:.4f}, {100 * k['same_top']:.1f} %"
+    return f"{k['kld_mean']:.1e} / {k['kld_max']:.1e}, {100 * k['same_top']:.1f} %"
 
 
 def main() -> None:
