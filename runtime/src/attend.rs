@@ -58,6 +58,9 @@ pub fn scores<R: Row>(queries: &[&[f32]], keys: &[R], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if simd() {
         let d = queries[0].len();
+        // Widening pays even for one query block (a decode step's heads): the kernel then runs
+        // without conversions beside its FMAs. Hunyuan shape, decode at depth 4,096, 2 threads,
+        // alternated: 13.2–13.3 tok/s widened against 12.3–12.6 reading f16.
         if wide() && d <= KEY_BLOCK_FLOATS / 4 {
             let per = KEY_BLOCK_FLOATS / d;
             let mut buf = [0f32; KEY_BLOCK_FLOATS];
@@ -109,9 +112,10 @@ pub fn scores<R: Row>(queries: &[&[f32]], keys: &[R], out: &mut [f32]) {
 /// is key `j`'s value vector, `weights[i]` query `i`'s weights from key `first` on, and query `i`
 /// sums keys `ranges[i].0 ..= ranges[i].1` (its causal window) in increasing order. Each output
 /// is overwritten. Queries go through the kernels [`QUERIES`] at a time ([`WIDE_QUERIES`] on the
-/// AVX-512 path), each block reading the values in their own type. (Widening them to f32 a block of keys at a time, as the scores do,
-/// measured slower: `benches/attend.rs`, 66–68 against 88–97 GFLOP/s at one thread; the
-/// conversions overlap the FMAs, the separate widening pass does not.)
+/// AVX-512 path), each block reading the values in their own type. (Widening them to f32 a block
+/// of keys at a time, as the scores do, measured slower: `benches/attend.rs`, 66–68 against
+/// 88–97 GFLOP/s at one thread; the conversions overlap the FMAs, the separate widening pass
+/// does not.)
 pub fn weighted_sums<R: Row>(
     weights: &[&[f32]],
     ranges: &[(usize, usize)],
@@ -125,9 +129,6 @@ pub fn weighted_sums<R: Row>(
     }
     #[cfg(target_arch = "x86_64")]
     if simd() {
-        for o in outs.iter_mut() {
-            o.fill(0.0);
-        }
         let per = if wide() { WIDE_QUERIES } else { QUERIES };
         for ((w, r), o) in weights
             .chunks(per)
@@ -135,7 +136,7 @@ pub fn weighted_sums<R: Row>(
             .zip(outs.chunks_mut(per))
         {
             // SAFETY: `simd()` checked AVX2, FMA and F16C; `wide()` AVX-512 F.
-            unsafe { avx2::accumulate(w, first, r, values, first, o, wide()) };
+            unsafe { avx2::weighted_sums(w, r, first, values, o, wide()) };
         }
         return;
     }

@@ -26,10 +26,10 @@ fn sixteen_float_slices_give_the_eight_float_sums_bit_for_bit() {
         let w: Vec<&[f32]> = ws.iter().map(|v| &v[..]).collect();
         let ranges = [(0, 5), (1, 6), (2, 7), (3, 8)];
         let [narrow, wide] = [false, true].map(|wide| {
-            let mut outs = vec![vec![0f32; d]; 4];
+            let mut outs = vec![vec![f32::NAN; d]; 4];
             let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
             // SAFETY: AVX2 and FMA (`simd()`), AVX-512 F checked above.
-            unsafe { avx2::accumulate(&w, 0, &ranges, &k, 0, &mut refs, wide) };
+            unsafe { avx2::weighted_sums(&w, &ranges, 0, &k, &mut refs, wide) };
             outs.concat()
                 .iter()
                 .map(|x| x.to_bits())
@@ -238,10 +238,10 @@ fn every_cache_type_is_read_as_its_values_in_any_block() {
         #[cfg(target_arch = "x86_64")]
         if simd() && std::is_x86_feature_detected!("avx512f") {
             let [narrow, wide] = [false, true].map(|wide| {
-                let mut outs = vec![vec![0f32; d]; 4];
+                let mut outs = vec![vec![f32::NAN; d]; 4];
                 let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
                 // SAFETY: AVX2, FMA and F16C (`simd()`), AVX-512 F checked above.
-                unsafe { avx2::accumulate(w, 0, &ranges, rows, 0, &mut refs, wide) };
+                unsafe { avx2::weighted_sums(w, &ranges, 0, rows, &mut refs, wide) };
                 outs.concat()
                     .iter()
                     .map(|x| x.to_bits())

@@ -1,15 +1,15 @@
 //! The x86 kernels of [`super`]: AVX-512 (16-float slices, the scores' key widening and lane
 //! sums) and AVX2 (8-float slices), and the weighted sums' inner loop both widths share.
 
-/// The weighted sums' inner loop for one register width (AVX2's 8 floats, AVX-512's 16): adds
-/// to `S` slices of `$w` floats from `c` of every query's output its sum over keys `lo ..= hi`
-/// (those of its range). Each key's slices are loaded once for all queries and the sums stay in
+/// The weighted sums' inner loop for one register width (AVX2's 8 floats, AVX-512's 16): writes
+/// `S` slices of `$w` floats from `c` of every query's sum over keys `lo ..= hi` (those of its
+/// range). Each key's slices are loaded once for all queries and the sums stay in
 /// registers over the keys (increasing order, one FMA per key and lane, so the width never
 /// changes a number), with range checks only outside the keys `(clo, chi)` common to every
-/// query. Weight `j` of query `i` is `weights[i][j − wfirst]`, key `j`'s value `values[j −
-/// vfirst]`.
+/// query. Weight `j` of query `i` is `weights[i][j − first]`, key `j`'s value `values[j −
+/// first]`.
 macro_rules! slices_fn {
-    ($feat:literal, $w:literal, $v:ty, $zero:ident, $load:ident, $loadu:ident, $set1:ident, $fma:ident, $store:ident) => {
+    ($feat:literal, $w:literal, $v:ty, $zero:ident, $load:ident, $set1:ident, $fma:ident, $store:ident) => {
         /// See `slices_fn!`.
         ///
         /// # Safety
@@ -20,10 +20,9 @@ macro_rules! slices_fn {
         #[target_feature(enable = $feat)]
         pub(super) unsafe fn slices<R: Row, const S: usize, const NQ: usize>(
             weights: &[&[f32]],
-            wfirst: usize,
             ranges: &[(usize, usize)],
+            first: usize,
             values: &[R],
-            vfirst: usize,
             outs: &mut [&mut [f32]],
             c: usize,
             (lo, hi): (usize, usize),
@@ -32,17 +31,11 @@ macro_rules! slices_fn {
             let w: [&[f32]; NQ] = std::array::from_fn(|i| weights[i]);
             let r: [(usize, usize); NQ] = std::array::from_fn(|i| ranges[i]);
             let mut acc = [[$zero(); S]; NQ];
-            for (out, acc) in outs.iter().zip(acc.iter_mut()) {
-                for (s, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: every output holds c + w·S floats (this function's contract).
-                    *a = unsafe { $loadu(out.as_ptr().add(c + $w * s)) };
-                }
-            }
             for j in lo..=hi {
                 // Keys outside the common range are summed only by the queries whose range
                 // holds them.
                 let checked = j < clo || j > chi;
-                let vr = values[j - vfirst];
+                let vr = values[j - first];
                 let mut v = [$zero(); S];
                 for (s, v) in v.iter_mut().enumerate() {
                     // SAFETY: value j holds c + w·S values (this function's contract).
@@ -50,7 +43,7 @@ macro_rules! slices_fn {
                 }
                 for i in 0..NQ {
                     if !checked || (j >= r[i].0 && j <= r[i].1) {
-                        let p = $set1(w[i][j - wfirst]);
+                        let p = $set1(w[i][j - first]);
                         for s in 0..S {
                             acc[i][s] = $fma(p, v[s], acc[i][s]);
                         }
@@ -84,6 +77,18 @@ macro_rules! slices_for {
     };
 }
 
+/// The queries of one kernel call as an array of `NQ`, and their length `d`, checked against
+/// every key: the scores kernels' common entry checks.
+fn checked<'q, R: crate::kv::Row, const NQ: usize>(
+    queries: &[&'q [f32]],
+    keys: &[R],
+) -> ([&'q [f32]; NQ], usize) {
+    let q: [&[f32]; NQ] = std::array::from_fn(|i| queries[i]);
+    let d = q[0].len();
+    assert!(q.iter().all(|q| q.len() == d) && keys.iter().all(|k| k.len() == d));
+    (q, d)
+}
+
 pub(super) mod avx512 {
     use std::arch::x86_64::*;
 
@@ -91,7 +96,8 @@ pub(super) mod avx512 {
 
     /// `NQ` queries against every key, four keys at a time, in 16-float slices: one 16-lane
     /// accumulator per pair (sixteen of the 32 registers; `NQ` is a constant so that they stay
-    /// in registers), reduced by `_mm512_reduce_add_ps`: eight loads feed sixteen FMAs. A pair's
+    /// in registers), the sixteen reduced together by [`reduce16`]: eight loads feed sixteen
+    /// FMAs. A pair's
     /// sum runs in another order than the 8-float one, so its last bits may differ from the AVX2
     /// path's; it is fixed whatever the blocking, so a query gets the same bits alone and in a
     /// block.
@@ -108,15 +114,8 @@ pub(super) mod avx512 {
         stride: usize,
         offset: usize,
     ) {
-        let q: [&[f32]; NQ] = std::array::from_fn(|i| queries[i]);
-        let d = q[0].len();
+        let (q, d) = super::checked::<R, NQ>(queries, keys);
         let full = d / 16 * 16;
-        for q in &q {
-            assert!(q.len() == d);
-        }
-        for k in keys {
-            assert!(k.len() == d);
-        }
         assert!(NQ > 0 && out.len() >= (NQ - 1) * stride + offset + keys.len());
         for (j0, four) in keys.chunks(4).enumerate() {
             let nk = four.len();
@@ -237,7 +236,6 @@ pub(super) mod avx512 {
         __m512,
         _mm512_setzero_ps,
         load16,
-        _mm512_loadu_ps,
         _mm512_set1_ps,
         _mm512_fmadd_ps,
         _mm512_storeu_ps
@@ -261,15 +259,8 @@ pub(super) mod avx2 {
         keys: &[R],
         out: &mut [f32],
     ) {
-        let q: [&[f32]; NQ] = std::array::from_fn(|i| queries[i]);
-        let d = q[0].len();
+        let (q, d) = super::checked::<R, NQ>(queries, keys);
         let full = d / 8 * 8;
-        for q in &q {
-            assert!(q.len() == d);
-        }
-        for k in keys {
-            assert!(k.len() == d);
-        }
         let n = keys.len();
         assert!(out.len() >= NQ * n);
         for (j0, pair) in keys.chunks(2).enumerate() {
@@ -303,22 +294,18 @@ pub(super) mod avx2 {
         }
     }
 
-    /// Adds to up to [`crate::attend::QUERIES`] outputs (up to [`crate::attend::WIDE_QUERIES`] where `wide`)
-    /// their queries' weighted sums over their ranges (`(a, b)` with `a > b`: none); weight `j`
-    /// of query `i` is `weights[i][j − wfirst]`, key `j`'s value `values[j − vfirst]`. `wide`:
-    /// the CPU has AVX-512 F, and whole 64-float slices (32 with more than four queries) and
-    /// 16-float ones take its registers.
+    /// See `super::weighted_sums`, for up to [`crate::attend::QUERIES`] queries (up to
+    /// [`crate::attend::WIDE_QUERIES`] where `wide`). `wide`: the CPU has AVX-512 F, and whole
+    /// 64-float slices (32 with more than four queries) and 16-float ones take its registers.
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C (and AVX-512 F where `wide`).
-    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in crate::attend) unsafe fn accumulate<R: Row>(
+    pub(in crate::attend) unsafe fn weighted_sums<R: Row>(
         weights: &[&[f32]],
-        wfirst: usize,
         ranges: &[(usize, usize)],
+        first: usize,
         values: &[R],
-        vfirst: usize,
         outs: &mut [&mut [f32]],
         wide: bool,
     ) {
@@ -329,18 +316,15 @@ pub(super) mod avx2 {
             crate::attend::QUERIES
         };
         assert!(nq <= most && ranges.len() == nq && outs.len() == nq);
-        let live = || ranges.iter().filter(|r| r.0 <= r.1);
-        let (Some(lo), Some(hi)) = (live().map(|r| r.0).min(), live().map(|r| r.1).max()) else {
-            return;
-        };
         let d = outs[0].len();
         let full = d / 8 * 8;
+        let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+        let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
         for (w, &(a, b)) in weights.iter().zip(ranges) {
-            assert!(a > b || (a >= wfirst && w.len() > b - wfirst));
+            assert!(a >= first && w.len() > b - first);
         }
-        assert!(lo >= vfirst && values.len() > hi - vfirst);
         for j in lo..=hi {
-            assert!(values[j - vfirst].len() == d);
+            assert!(values[j - first].len() == d);
         }
         for o in outs.iter() {
             assert!(o.len() == d);
@@ -360,9 +344,7 @@ pub(super) mod avx2 {
                         super::avx512,
                         2,
                         nq,
-                        (
-                            weights, wfirst, ranges, values, vfirst, outs, c, keys, common
-                        )
+                        (weights, ranges, first, values, outs, c, keys, common)
                     )
                 };
                 c += 32;
@@ -376,9 +358,7 @@ pub(super) mod avx2 {
                         super::avx512,
                         4,
                         nq,
-                        (
-                            weights, wfirst, ranges, values, vfirst, outs, c, keys, common
-                        )
+                        (weights, ranges, first, values, outs, c, keys, common)
                     )
                 };
                 c += 64;
@@ -390,9 +370,7 @@ pub(super) mod avx2 {
                         super::avx512,
                         1,
                         nq,
-                        (
-                            weights, wfirst, ranges, values, vfirst, outs, c, keys, common
-                        )
+                        (weights, ranges, first, values, outs, c, keys, common)
                     )
                 };
                 c += 16;
@@ -405,9 +383,7 @@ pub(super) mod avx2 {
                     self,
                     2,
                     nq,
-                    (
-                        weights, wfirst, ranges, values, vfirst, outs, c, keys, common
-                    )
+                    (weights, ranges, first, values, outs, c, keys, common)
                 )
             };
             c += 16;
@@ -419,17 +395,17 @@ pub(super) mod avx2 {
                     self,
                     1,
                     nq,
-                    (
-                        weights, wfirst, ranges, values, vfirst, outs, c, keys, common
-                    )
+                    (weights, ranges, first, values, outs, c, keys, common)
                 )
             };
         }
         for i in 0..nq {
             for (t, o) in outs[i].iter_mut().enumerate().skip(full) {
+                let mut s = 0f32;
                 for j in ranges[i].0..=ranges[i].1 {
-                    *o += weights[i][j - wfirst] * values[j - vfirst].get(t);
+                    s += weights[i][j - first] * values[j - first].get(t);
                 }
+                *o = s;
             }
         }
     }
@@ -440,7 +416,6 @@ pub(super) mod avx2 {
         __m256,
         _mm256_setzero_ps,
         load8,
-        _mm256_loadu_ps,
         _mm256_set1_ps,
         _mm256_fmadd_ps,
         _mm256_storeu_ps
