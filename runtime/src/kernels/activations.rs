@@ -29,12 +29,40 @@ pub struct Activations {
     pub qdt: Vec<f32>,
     /// See [`Activations::qdt`].
     pub zst: Vec<f32>,
+    /// [`Activations::qsum8`] in the order of [`Activations::qdt`].
+    pub qs8t: Vec<i32>,
+    /// The order of [`Activations::qt`] and the arrays beside it; `None` until
+    /// [`Activations::tile_order`].
+    pub order: Option<BlockOrder>,
     /// `n × kp/32` sums of the int8 codes.
     pub qsum: Vec<i32>,
     /// `8·qsum`: what reading signed nibbles as `q + 8` adds to a group's sum, taken back.
     pub qsum8: Vec<i32>,
     /// `qd·qsum` (f32): the factor of a group's zero-point.
     pub zs: Vec<f32>,
+}
+
+/// How the whole blocks of 16 tokens lie in [`Activations::qt`]: each (block, group) is 16 rows
+/// of 32 codes (and 16 factors) contiguous, in one of two orders of the pairs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockOrder {
+    /// All blocks of group 0, then of group 1, …: the AMX kernel walks one group's blocks in a
+    /// row (A tiles stream).
+    GroupMajor,
+    /// All groups of block 0, then of block 1, …: the AVX-512 VNNI kernel walks one block's
+    /// groups in a row, and a block's codes are one contiguous run (the group-major order puts
+    /// a block's groups 512·blocks bytes apart, all on the same few L1 sets).
+    BlockMajor,
+}
+
+impl BlockOrder {
+    /// The first of 16 slots of (block `b`, group `g`).
+    pub fn index(self, b: usize, g: usize, blocks: usize, groups: usize) -> usize {
+        match self {
+            BlockOrder::GroupMajor => (g * blocks + b) * 16,
+            BlockOrder::BlockMajor => (b * groups + g) * 16,
+        }
+    }
 }
 
 impl Activations {
@@ -50,6 +78,8 @@ impl Activations {
             qd: vec![0f32; n * groups],
             qdt: Vec::new(),
             zst: Vec::new(),
+            qs8t: Vec::new(),
+            order: None,
             qsum: vec![0i32; n * groups],
             qsum8: Vec::new(),
             zs: Vec::new(),
@@ -89,26 +119,26 @@ impl Activations {
         self.q16 = self.q.iter().map(|&v| i16::from(v)).collect();
     }
 
-    /// Fills [`Activations::qt`]: only calls on the AMX path with 16 tokens or more read it.
-    pub fn tile_order(&mut self) {
+    /// Fills [`Activations::qt`] and the per-group arrays in the same order, `order` of the
+    /// whole blocks of 16 tokens: [`BlockOrder::GroupMajor`] for the AMX path,
+    /// [`BlockOrder::BlockMajor`] for the AVX-512 VNNI path.
+    pub fn tile_order(&mut self, order: BlockOrder) {
         let (groups, blocks) = (self.kp / 32, self.n / 16);
+        self.order = Some(order);
         self.qt = vec![0i8; blocks * 16 * self.kp];
         self.qdt = vec![0f32; blocks * 16 * groups];
         self.zst = vec![0f32; blocks * 16 * groups];
-        for b in 0..blocks {
-            for m in 0..16 {
-                let at = (b * 16 + m) * groups;
-                for g in 0..groups {
-                    self.qdt[(g * blocks + b) * 16 + m] = self.qd[at + g];
-                    self.zst[(g * blocks + b) * 16 + m] = self.zs[at + g];
-                }
-            }
-        }
+        self.qs8t = vec![0i32; blocks * 16 * groups];
         for b in 0..blocks {
             for g in 0..groups {
+                let at = order.index(b, g, blocks, groups);
                 for m in 0..16 {
+                    let from = (b * 16 + m) * groups + g;
+                    self.qdt[at + m] = self.qd[from];
+                    self.zst[at + m] = self.zs[from];
+                    self.qs8t[at + m] = self.qsum8[from];
                     let src = &self.q[(b * 16 + m) * self.kp + g * 32..][..32];
-                    self.qt[((g * blocks + b) * 16 + m) * 32..][..32].copy_from_slice(src);
+                    self.qt[(at + m) * 32..][..32].copy_from_slice(src);
                 }
             }
         }

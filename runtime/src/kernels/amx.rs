@@ -29,6 +29,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::{Cell, RefCell};
 
+use super::activations::BlockOrder;
 use super::layout::Codes;
 use super::x86_512;
 use super::{Activations, QMatrix};
@@ -189,7 +190,7 @@ pub(super) unsafe fn block(
     stride: usize,
     local: usize,
 ) {
-    let whole = if thread_ready() && a.qt.len() >= a.n / BLOCK * BLOCK * a.kp {
+    let whole = if thread_ready() && a.order == Some(BlockOrder::GroupMajor) {
         a.n / BLOCK * BLOCK
     } else {
         0

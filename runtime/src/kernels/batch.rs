@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use super::activations::BlockOrder;
 use super::{Activations, Codes, Path, QMatrix};
 
 /// Several products of the same activations at once (q/k/v, gate/up): one pass over `x` for
@@ -118,8 +119,12 @@ fn prepare(path: Path, mats: &[QMatrix<'_>], x: &[f32], n: usize) -> Activations
     if path.has_avx2() && mats.iter().any(|m| m.layout.codes == Codes::Signed8) {
         acts.widen();
     }
-    if path == Path::Amx && n >= 16 && mats.iter().any(|m| m.layout.codes != Codes::Signed8) {
-        acts.tile_order();
+    if n >= 16 && mats.iter().any(|m| m.layout.codes != Codes::Signed8) {
+        match path {
+            Path::Amx => acts.tile_order(BlockOrder::GroupMajor),
+            Path::Avx512Vnni => acts.tile_order(BlockOrder::BlockMajor),
+            _ => {}
+        }
     }
     acts
 }

@@ -47,7 +47,7 @@ mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_512;
 
-pub use activations::Activations;
+pub use activations::{Activations, BlockOrder};
 pub use batch::{matmul_gated, matmul_many};
 pub use layout::{Codes, TileLayout};
 pub use path::{PATH_VAR, Path};

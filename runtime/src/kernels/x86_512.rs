@@ -24,6 +24,7 @@
 
 use std::arch::x86_64::*;
 
+use super::activations::BlockOrder;
 use super::layout::Codes;
 use super::x86::token_codes;
 use super::{Activations, QMatrix};
@@ -74,30 +75,116 @@ pub(super) unsafe fn block_from(
 ) {
     debug_assert!(covers(m.layout.codes));
     let wide = m.layout.lane == 32;
+    // Tokens of whole blocks of 16 read the tile order where the caller made it.
+    let tiled_to = if a.order == Some(BlockOrder::BlockMajor) {
+        a.n / 16 * 16
+    } else {
+        0
+    };
     let mut t0 = first;
     while t0 < a.n {
-        let nt = (a.n - t0).min(if wide { TOKENS_32 } else { TOKENS });
+        let most = if wide { TOKENS_32 } else { TOKENS };
+        let nt = (a.n - t0).min(most);
+        let tiled = nt == most && t0 + nt <= tiled_to && t0 / 16 == (t0 + nt - 1) / 16;
         // One or two tokens: each sum in two registers (two dependency chains of `vpdpbusd`
         // instead of one twice as long); four and more interleave enough chains on their own.
         // Integer sums: the split changes no bit.
         // SAFETY: same CPU and geometry contract as this function.
         unsafe {
-            match (wide, nt) {
-                (true, 1) => lane32::<1, 2>(m, rb, a, t0, out, stride, local),
-                (true, 2) => lane32::<2, 2>(m, rb, a, t0, out, stride, local),
-                (true, 3) => lane32::<3, 2>(m, rb, a, t0, out, stride, local),
-                (true, _) => lane32::<TOKENS_32, 1>(m, rb, a, t0, out, stride, local),
-                (false, 1) => lane16::<1, 2>(m, rb, a, t0, out, stride, local),
-                (false, 2) => lane16::<2, 2>(m, rb, a, t0, out, stride, local),
-                (false, 3) => lane16::<3, 2>(m, rb, a, t0, out, stride, local),
-                (false, 4) => lane16::<4, 1>(m, rb, a, t0, out, stride, local),
-                (false, 5) => lane16::<5, 1>(m, rb, a, t0, out, stride, local),
-                (false, 6) => lane16::<6, 1>(m, rb, a, t0, out, stride, local),
-                (false, 7) => lane16::<7, 1>(m, rb, a, t0, out, stride, local),
-                (false, _) => lane16::<TOKENS, 1>(m, rb, a, t0, out, stride, local),
+            match (wide, nt, tiled) {
+                (true, _, true) => lane32::<TOKENS_32, 1, true>(m, rb, a, t0, out, stride, local),
+                (false, _, true) => lane16::<TOKENS, 1, true>(m, rb, a, t0, out, stride, local),
+                (true, 1, _) => lane32::<1, 2, false>(m, rb, a, t0, out, stride, local),
+                (true, 2, _) => lane32::<2, 2, false>(m, rb, a, t0, out, stride, local),
+                (true, 3, _) => lane32::<3, 2, false>(m, rb, a, t0, out, stride, local),
+                (true, _, _) => lane32::<TOKENS_32, 1, false>(m, rb, a, t0, out, stride, local),
+                (false, 1, _) => lane16::<1, 2, false>(m, rb, a, t0, out, stride, local),
+                (false, 2, _) => lane16::<2, 2, false>(m, rb, a, t0, out, stride, local),
+                (false, 3, _) => lane16::<3, 2, false>(m, rb, a, t0, out, stride, local),
+                (false, 4, _) => lane16::<4, 1, false>(m, rb, a, t0, out, stride, local),
+                (false, 5, _) => lane16::<5, 1, false>(m, rb, a, t0, out, stride, local),
+                (false, 6, _) => lane16::<6, 1, false>(m, rb, a, t0, out, stride, local),
+                (false, 7, _) => lane16::<7, 1, false>(m, rb, a, t0, out, stride, local),
+                (false, _, _) => lane16::<TOKENS, 1, false>(m, rb, a, t0, out, stride, local),
             }
         }
         t0 += nt;
+    }
+}
+
+/// Where one pass reads its tokens `t0 ..`: their codes and per-group factors, token-major
+/// (`TILED` false) or in the block-major tile order of one block of 16
+/// (`Activations::tile_order`, `BlockOrder::BlockMajor`; `TILED` true). There a pass's tokens
+/// lie 32 bytes (one factor) apart: one base register and constant offsets for all of them,
+/// where token-major rows need a register each, more than x86 has beside eight tokens' sums
+/// (the compiler spilled their broadcasts to the stack). The values are the same either way.
+#[derive(Clone, Copy)]
+struct Feed<'a, const TILED: bool> {
+    a: &'a Activations,
+    t0: usize,
+    /// Factor index of (token `t0`, group 0) and the step from one group to the next.
+    base: usize,
+    group_step: usize,
+}
+
+impl<'a, const TILED: bool> Feed<'a, TILED> {
+    fn new(a: &'a Activations, t0: usize) -> Self {
+        let groups = a.kp / 32;
+        let (base, group_step) = if TILED {
+            (t0 / 16 * 16 * groups + t0 % 16, 16)
+        } else {
+            (t0 * groups, 1)
+        };
+        Feed {
+            a,
+            t0,
+            base,
+            group_step,
+        }
+    }
+
+    /// Tokens `t0 .. t0+NT`'s 32 codes of group `gg`.
+    ///
+    /// # Panics
+    /// When they are not all inside the activations.
+    #[inline(always)]
+    fn codes<const NT: usize>(&self, gg: usize) -> [*const i8; NT] {
+        if TILED {
+            let at = self.at(0, gg) * 32;
+            let base = self.a.qt[at..][..NT * 32].as_ptr();
+            std::array::from_fn(|t| base.wrapping_add(32 * t))
+        } else {
+            token_codes::<i8, NT>(&self.a.q, self.a.kp, self.t0, gg * 32)
+        }
+    }
+
+    /// Token `t0 + t`'s factor index of group `gg`.
+    #[inline(always)]
+    fn at(&self, t: usize, gg: usize) -> usize {
+        let token_step = if TILED { 1 } else { self.a.kp / 32 };
+        self.base + gg * self.group_step + t * token_step
+    }
+
+    /// Token `t0 + t`'s activation scale of group `gg`, and its zero-point factor.
+    #[inline(always)]
+    fn factors(&self, t: usize, gg: usize) -> (f32, f32) {
+        let at = self.at(t, gg);
+        if TILED {
+            (self.a.qdt[at], self.a.zst[at])
+        } else {
+            (self.a.qd[at], self.a.zs[at])
+        }
+    }
+
+    /// Token `t0 + t`'s `8·Σx` of group `gg`.
+    #[inline(always)]
+    fn qsum8(&self, t: usize, gg: usize) -> i32 {
+        let at = self.at(t, gg);
+        if TILED {
+            self.a.qs8t[at]
+        } else {
+            self.a.qsum8[at]
+        }
     }
 }
 
@@ -161,8 +248,9 @@ pub(super) fn nibbles(w: __m512i, flip: __m512i, perm: Option<__m512i>) -> (__m5
     )
 }
 
-/// What a group's integer sums become in f32: `acc + d·dx·isum + z·dx·Σx` (`isum` with the signed
-/// offset already taken back, see [`start_sums`]).
+/// What a group's integer sums become in f32: `acc + d·dx·isum + z·zx` (`isum` with the signed
+/// offset already taken back, see [`start_sums`]; `dx`, `zx` the token's scale and zero-point
+/// factor of the group).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
 pub(super) fn scale(
@@ -170,17 +258,15 @@ pub(super) fn scale(
     isum: __m512i,
     d: __m512,
     z: Option<__m512>,
-    a: &Activations,
-    at: usize,
+    (dx, zx): (f32, f32),
 ) -> __m512 {
-    // Broadcasts straight from the per-group arrays (one memory operand each).
     let acc = _mm512_fmadd_ps(
-        _mm512_mul_ps(d, _mm512_set1_ps(a.qd[at])),
+        _mm512_mul_ps(d, _mm512_set1_ps(dx)),
         _mm512_cvtepi32_ps(isum),
         acc,
     );
     match z {
-        Some(z) => _mm512_fmadd_ps(z, _mm512_set1_ps(a.zs[at]), acc),
+        Some(z) => _mm512_fmadd_ps(z, _mm512_set1_ps(zx), acc),
         None => acc,
     }
 }
@@ -211,7 +297,7 @@ pub(super) fn add_to(out: &mut [f32], v: __m512) {
 /// # Safety
 /// As [`block`]; `m.layout.lane == 32`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
-unsafe fn lane32<const NT: usize, const S: usize>(
+unsafe fn lane32<const NT: usize, const S: usize, const TILED: bool>(
     m: &QMatrix<'_>,
     rb: usize,
     a: &Activations,
@@ -221,8 +307,9 @@ unsafe fn lane32<const NT: usize, const S: usize>(
     local: usize,
 ) {
     let l = &m.layout;
-    let (kp, groups, per_tile, cols, rows) = (a.kp, a.kp / 32, l.groups(), l.cols, l.rows);
-    debug_assert_eq!(kp, m.k_padded());
+    let (per_tile, cols, rows) = (l.groups(), l.cols, l.rows);
+    debug_assert_eq!(a.kp, m.k_padded());
+    let feed = Feed::<TILED>::new(a, t0);
     let signed = l.codes == Codes::Signed4;
     let flip = flip_of(l.codes);
     let high_half = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
@@ -250,8 +337,9 @@ unsafe fn lane32<const NT: usize, const S: usize>(
             assert!(codes + cols * 16 <= tile.len() && planes(l) <= l.base);
             let tp = tile.as_ptr();
             for g in 0..per_tile {
-                let xs = token_codes::<i8, NT>(&a.q, kp, t0, cb * cols + g * 32);
-                let start = start_sums::<NT, S>(a, t0, groups, cb * per_tile + g, signed);
+                let gg = cb * per_tile + g;
+                let xs = feed.codes::<NT>(gg);
+                let start = start_sums::<NT, S, TILED>(&feed, gg, signed);
                 let (mut lo, mut hi) = (start, start);
                 for quad in 0..8 {
                     let (lo, hi) = (&mut lo[quad % S], &mut hi[quad % S]);
@@ -261,6 +349,16 @@ unsafe fn lane32<const NT: usize, const S: usize>(
                     prefetch(tp.wrapping_add(at + PREFETCH));
                     let w = unsafe { _mm512_loadu_si512(tp.add(at) as *const _) };
                     let (wl, wh) = nibbles(w, flip, Some(perm));
+                    if TILED && NT == TOKENS_32 && S == 1 {
+                        let lo: &mut [__m512i; TOKENS_32] =
+                            (&mut lo[..]).try_into().expect("TOKENS_32 sums");
+                        let hi: &mut [__m512i; TOKENS_32] =
+                            (&mut hi[..]).try_into().expect("TOKENS_32 sums");
+                        // SAFETY: the feed's 4 tokens lie 32 bytes apart from xs[0] (tile
+                        // order); 4 of each one's 32 codes at + 4·quad.
+                        unsafe { dot4x2(lo, hi, wl, wh, xs[0].add(4 * quad)) };
+                        continue;
+                    }
                     for t in 0..NT {
                         // SAFETY: 4 of the group's 32 codes at xs[t] + 4·quad.
                         let four = unsafe { (xs[t].add(4 * quad) as *const i32).read_unaligned() };
@@ -280,10 +378,10 @@ unsafe fn lane32<const NT: usize, const S: usize>(
                     (d, z)
                 };
                 for t in 0..NT {
-                    let at = (t0 + t) * groups + cb * per_tile + g;
+                    let f = feed.factors(t, gg);
                     let (l, h) = (sum_of::<NT, S>(&lo, t), sum_of::<NT, S>(&hi, t));
-                    even[t] = scale(even[t], l, d.0, z.map(|z| z.0), a, at);
-                    odd[t] = scale(odd[t], h, d.1, z.map(|z| z.1), a, at);
+                    even[t] = scale(even[t], l, d.0, z.map(|z| z.0), f);
+                    odd[t] = scale(odd[t], h, d.1, z.map(|z| z.1), f);
                 }
             }
         }
@@ -301,23 +399,21 @@ unsafe fn lane32<const NT: usize, const S: usize>(
     }
 }
 
-/// The integer sums of group `group` for tokens `t0 .. t0+NT` before any product: `−8·Σx` in
+/// The integer sums of group `gg` for the feed's `NT` tokens before any product: `−8·Σx` in
 /// the first register of each token where the codes are signed (read as `q + 8`, so the
 /// offset is taken back as the sums start, not by a subtraction per token at the end), zero
 /// elsewhere. Integers: the same sums either way.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
-fn start_sums<const NT: usize, const S: usize>(
-    a: &Activations,
-    t0: usize,
-    groups: usize,
-    group: usize,
+fn start_sums<const NT: usize, const S: usize, const TILED: bool>(
+    feed: &Feed<'_, TILED>,
+    gg: usize,
     signed: bool,
 ) -> [[__m512i; NT]; S] {
     let mut v = [[_mm512_setzero_si512(); NT]; S];
     if signed {
         for (t, first) in v[0].iter_mut().enumerate() {
-            *first = _mm512_set1_epi32(-a.qsum8[(t0 + t) * groups + group]);
+            *first = _mm512_set1_epi32(-feed.qsum8(t, gg));
         }
     }
     v
@@ -340,7 +436,7 @@ fn sum_of<const NT: usize, const S: usize>(parts: &[[__m512i; NT]; S], t: usize)
 /// # Safety
 /// As [`block`]; `m.layout.lane == 16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
-unsafe fn lane16<const NT: usize, const S: usize>(
+unsafe fn lane16<const NT: usize, const S: usize, const TILED: bool>(
     m: &QMatrix<'_>,
     rb: usize,
     a: &Activations,
@@ -350,8 +446,9 @@ unsafe fn lane16<const NT: usize, const S: usize>(
     local: usize,
 ) {
     let l = &m.layout;
-    let (kp, groups, per_tile, cols, rows) = (a.kp, a.kp / 32, l.groups(), l.cols, l.rows);
-    debug_assert_eq!(kp, m.k_padded());
+    let (per_tile, cols, rows) = (l.groups(), l.cols, l.rows);
+    debug_assert_eq!(a.kp, m.k_padded());
+    let feed = Feed::<TILED>::new(a, t0);
     let signed = l.codes == Codes::Signed4;
     let flip = flip_of(l.codes);
     let low = _mm512_set1_epi8(0x0F);
@@ -372,8 +469,9 @@ unsafe fn lane16<const NT: usize, const S: usize>(
             assert!(codes + cols * 8 <= tile.len() && planes(l) <= l.base);
             let tp = tile.as_ptr();
             for g in 0..per_tile {
-                let xs = token_codes::<i8, NT>(&a.q, kp, t0, cb * cols + g * 32);
-                let mut sums = start_sums::<NT, S>(a, t0, groups, cb * per_tile + g, signed);
+                let gg = cb * per_tile + g;
+                let xs = feed.codes::<NT>(gg);
+                let mut sums = start_sums::<NT, S, TILED>(&feed, gg, signed);
                 for oct in 0..4 {
                     // SAFETY: columns g·32 + 8·oct .. +8 of this band, 8 bytes each, inside the
                     // code plane (asserted above).
@@ -383,6 +481,14 @@ unsafe fn lane16<const NT: usize, const S: usize>(
                     let w = _mm512_xor_si512(w, flip);
                     let wa = row_codes(_mm512_permutexvar_epi8(pa, w));
                     let wb = row_codes(_mm512_permutexvar_epi8(pb, w));
+                    if TILED && NT == TOKENS && S == 1 {
+                        let sums: &mut [__m512i; TOKENS] =
+                            (&mut sums[0][..]).try_into().expect("TOKENS sums");
+                        // SAFETY: the feed's 8 tokens lie 32 bytes apart from xs[0] (tile
+                        // order); 8 of each one's 32 codes at + 8·oct.
+                        unsafe { dot8(sums, wa, wb, xs[0].add(8 * oct)) };
+                        continue;
+                    }
                     for t in 0..NT {
                         // SAFETY: 8 of the group's 32 codes at xs[t] + 8·oct.
                         let (xa, xb) = unsafe {
@@ -399,13 +505,104 @@ unsafe fn lane16<const NT: usize, const S: usize>(
                 let d = widen16(&tile[slot..slot + 32]);
                 let z = l.zero.then(|| widen16(&tile[l.zero_base() + slot..][..32]));
                 for (t, acc) in acc.iter_mut().enumerate() {
-                    let at = (t0 + t) * groups + cb * per_tile + g;
-                    *acc = scale(*acc, sum_of::<NT, S>(&sums, t), d, z, a, at);
+                    *acc = scale(*acc, sum_of::<NT, S>(&sums, t), d, z, feed.factors(t, gg));
                 }
             }
         }
         for (t, v) in acc.into_iter().enumerate() {
             add_to(&mut out[(t0 + t) * stride + local + band * 16..], v);
         }
+    }
+}
+
+/// `sums[t] += wa·x_t[0..4] + wb·x_t[4..8]` (`vpdpbusd`, each four codes broadcast from memory)
+/// for eight tokens whose codes lie 32 bytes apart from `p`: one block the compiler cannot
+/// reorder. Written as intrinsics, the compiler hoisted the broadcasts of a whole group's loads
+/// ahead of their products and spilled most of them to the stack (a store and a reload per
+/// broadcast, where the embedded broadcast reads the activation once).
+///
+/// # Safety
+/// The CPU has AVX-512 F and VNNI; `p + 32·t .. + 8` is readable for `t < 8`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+unsafe fn dot8(sums: &mut [__m512i; TOKENS], wa: __m512i, wb: __m512i, p: *const i8) {
+    let [s0, s1, s2, s3, s4, s5, s6, s7] = sums;
+    // SAFETY: reads 4 bytes at each of p + 32·t and p + 32·t + 4 (the caller's contract);
+    // writes only the eight sum registers.
+    unsafe {
+        std::arch::asm!(
+            "vpdpbusd {s0}, {wa}, dword ptr [{p}]{{1to16}}",
+            "vpdpbusd {s1}, {wa}, dword ptr [{p} + 32]{{1to16}}",
+            "vpdpbusd {s2}, {wa}, dword ptr [{p} + 64]{{1to16}}",
+            "vpdpbusd {s3}, {wa}, dword ptr [{p} + 96]{{1to16}}",
+            "vpdpbusd {s4}, {wa}, dword ptr [{p} + 128]{{1to16}}",
+            "vpdpbusd {s5}, {wa}, dword ptr [{p} + 160]{{1to16}}",
+            "vpdpbusd {s6}, {wa}, dword ptr [{p} + 192]{{1to16}}",
+            "vpdpbusd {s7}, {wa}, dword ptr [{p} + 224]{{1to16}}",
+            "vpdpbusd {s0}, {wb}, dword ptr [{p} + 4]{{1to16}}",
+            "vpdpbusd {s1}, {wb}, dword ptr [{p} + 36]{{1to16}}",
+            "vpdpbusd {s2}, {wb}, dword ptr [{p} + 68]{{1to16}}",
+            "vpdpbusd {s3}, {wb}, dword ptr [{p} + 100]{{1to16}}",
+            "vpdpbusd {s4}, {wb}, dword ptr [{p} + 132]{{1to16}}",
+            "vpdpbusd {s5}, {wb}, dword ptr [{p} + 164]{{1to16}}",
+            "vpdpbusd {s6}, {wb}, dword ptr [{p} + 196]{{1to16}}",
+            "vpdpbusd {s7}, {wb}, dword ptr [{p} + 228]{{1to16}}",
+            s0 = inout(zmm_reg) *s0,
+            s1 = inout(zmm_reg) *s1,
+            s2 = inout(zmm_reg) *s2,
+            s3 = inout(zmm_reg) *s3,
+            s4 = inout(zmm_reg) *s4,
+            s5 = inout(zmm_reg) *s5,
+            s6 = inout(zmm_reg) *s6,
+            s7 = inout(zmm_reg) *s7,
+            wa = in(zmm_reg) wa,
+            wb = in(zmm_reg) wb,
+            p = in(reg) p,
+            options(pure, readonly, nostack, preserves_flags)
+        );
+    }
+}
+
+/// `lo[t] += wl·x_t`, `hi[t] += wh·x_t` (`vpdpbusd`, the four codes `x_t` broadcast from memory)
+/// for four tokens whose codes lie 32 bytes apart from `p`: [`dot8`] for lane bands of 32 rows.
+///
+/// # Safety
+/// The CPU has AVX-512 F and VNNI; `p + 32·t .. + 4` is readable for `t < 4`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vbmi,avx2,fma")]
+unsafe fn dot4x2(
+    lo: &mut [__m512i; TOKENS_32],
+    hi: &mut [__m512i; TOKENS_32],
+    wl: __m512i,
+    wh: __m512i,
+    p: *const i8,
+) {
+    let [l0, l1, l2, l3] = lo;
+    let [h0, h1, h2, h3] = hi;
+    // SAFETY: reads 4 bytes at each of p + 32·t (the caller's contract); writes only the eight
+    // sum registers.
+    unsafe {
+        std::arch::asm!(
+            "vpdpbusd {l0}, {wl}, dword ptr [{p}]{{1to16}}",
+            "vpdpbusd {h0}, {wh}, dword ptr [{p}]{{1to16}}",
+            "vpdpbusd {l1}, {wl}, dword ptr [{p} + 32]{{1to16}}",
+            "vpdpbusd {h1}, {wh}, dword ptr [{p} + 32]{{1to16}}",
+            "vpdpbusd {l2}, {wl}, dword ptr [{p} + 64]{{1to16}}",
+            "vpdpbusd {h2}, {wh}, dword ptr [{p} + 64]{{1to16}}",
+            "vpdpbusd {l3}, {wl}, dword ptr [{p} + 96]{{1to16}}",
+            "vpdpbusd {h3}, {wh}, dword ptr [{p} + 96]{{1to16}}",
+            l0 = inout(zmm_reg) *l0,
+            l1 = inout(zmm_reg) *l1,
+            l2 = inout(zmm_reg) *l2,
+            l3 = inout(zmm_reg) *l3,
+            h0 = inout(zmm_reg) *h0,
+            h1 = inout(zmm_reg) *h1,
+            h2 = inout(zmm_reg) *h2,
+            h3 = inout(zmm_reg) *h3,
+            wl = in(zmm_reg) wl,
+            wh = in(zmm_reg) wh,
+            p = in(reg) p,
+            options(pure, readonly, nostack, preserves_flags)
+        );
     }
 }
