@@ -83,9 +83,38 @@ struct Block<'a, 'o> {
 
 impl ReadRows for Block<'_, '_> {
     fn rows<R: Row>(self, keys: &[R], values: &[R]) {
+        let len = self.queries.len() * keys.len();
+        SCORES.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            if buf.len() < len {
+                buf.resize(len, 0.0);
+            }
+            self.attend(keys, values, &mut buf[..len]);
+            if buf.len() > SCORE_FLOATS {
+                // Kept between tasks up to the size tasks are cut to; a larger one (a few rows
+                // at a long context) goes back.
+                *buf = Vec::new();
+            }
+        });
+    }
+}
+
+/// Floats of one task's scores (queries × keys) that tasks are cut to where they can be: 1 MiB,
+/// 64 query vectors × 4,096 keys.
+const SCORE_FLOATS: usize = 1 << 18;
+
+thread_local! {
+    /// A task's scores, kept between tasks: a fresh buffer per task (up to [`SCORE_FLOATS`])
+    /// cost an allocation and its zeroing each time; every element is written by
+    /// `attend::scores` before it is read.
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Block<'_, '_> {
+    /// Scores, softmax and weighted sums with `sc` (queries × keys) as the scores' room.
+    fn attend<R: Row>(self, keys: &[R], values: &[R], sc: &mut [f32]) {
         let (first, span) = (self.first, keys.len());
-        let mut sc = vec![0f32; self.queries.len() * span];
-        attend::scores(self.queries, keys, &mut sc);
+        attend::scores(self.queries, keys, sc);
         for (row, &(lo, p)) in sc.chunks_exact_mut(span).zip(self.ranges) {
             let own = &mut row[lo - first..=p - first];
             for s in own.iter_mut() {
@@ -219,7 +248,12 @@ impl Mixing for Attention {
         // a group of 2; with fewer tasks than threads (decode of one sequence) the group's heads
         // split across tasks. A query's arithmetic is the same in any task shape.
         let group = (nh / nkv.max(1)).max(1);
-        let rows = (TASK_QUERIES / group).clamp(4, TASK_QUERIES);
+        // At long contexts fewer rows, so that a task's scores stay within SCORE_FLOATS.
+        let span = seq_pos.iter().map(|&(_, p)| p + 1).max().unwrap_or(1);
+        let span = ls.window.map_or(span, |w| span.min(w + TASK_QUERIES));
+        let rows = (TASK_QUERIES / group)
+            .min(SCORE_FLOATS / (group * span))
+            .clamp(4, TASK_QUERIES);
         let mut blocks: Vec<(usize, usize)> = Vec::new();
         for t in 0..n {
             match blocks.last_mut() {
