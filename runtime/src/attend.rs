@@ -44,6 +44,11 @@ const WIDE_QUERIES: usize = 8;
 /// KiB) while every query of the task is scored against it.
 const KEY_BLOCK_FLOATS: usize = 8192;
 
+/// Values of a key block of the AVX-512 weighted sums: 64 keys of 128 (16 KiB of an f16 cache)
+/// stay in L1 while every query block of the task sums them, where a pass over all keys per
+/// query block read them from L2 or beyond each time.
+const VALUE_BLOCK_FLOATS: usize = 8192;
+
 /// `out[i·keys.len() + j] = q_i·k_j` for any number of queries (all of one length `d`), the keys
 /// read in the cache's own type. Queries go through the kernels [`QUERIES`] at a time; on the
 /// AVX-512 path the keys are first widened to f32 a block at a time, once for all the queries
@@ -130,13 +135,28 @@ pub fn weighted_sums<R: Row>(
     #[cfg(target_arch = "x86_64")]
     if simd() {
         let per = if wide() { WIDE_QUERIES } else { QUERIES };
-        for ((w, r), o) in weights
-            .chunks(per)
-            .zip(ranges.chunks(per))
-            .zip(outs.chunks_mut(per))
-        {
-            // SAFETY: `simd()` checked AVX2, FMA and F16C; `wide()` AVX-512 F.
-            unsafe { avx2::weighted_sums(w, r, first, values, o, wide()) };
+        for o in outs.iter_mut() {
+            o.fill(0.0);
+        }
+        let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+        let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+        // Keys a block at a time, every query block over each: the block's values stay in L1
+        // while all the task's queries read them.
+        let d = outs[0].len().max(1);
+        let span = (VALUE_BLOCK_FLOATS / d).max(1);
+        let span = if wide() { span } else { usize::MAX };
+        let mut b0 = lo;
+        while b0 <= hi {
+            let b1 = b0.saturating_add(span - 1).min(hi);
+            for ((w, r), o) in weights
+                .chunks(per)
+                .zip(ranges.chunks(per))
+                .zip(outs.chunks_mut(per))
+            {
+                // SAFETY: `simd()` checked AVX2, FMA and F16C; `wide()` AVX-512 F.
+                unsafe { avx2::weighted_sums(w, r, first, values, o, wide(), (b0, b1)) };
+            }
+            b0 = b1 + 1;
         }
         return;
     }

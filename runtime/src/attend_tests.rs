@@ -20,21 +20,29 @@ fn sixteen_float_slices_give_the_eight_float_sums_bit_for_bit() {
         return;
     }
     for d in [16, 64, 128, 200] {
-        let ks = vecs(9, d, 5);
+        // More keys than one value block of the AVX-512 path (64 keys of 128): the blocked sums
+        // must give the one-pass numbers.
+        let n = 150;
+        let ks = vecs(n, d, 5);
         let k: Vec<&[f32]> = ks.iter().map(|v| &v[..]).collect();
-        let ws = vecs(4, 9, 6);
+        let ws = vecs(4, n, 6);
         let w: Vec<&[f32]> = ws.iter().map(|v| &v[..]).collect();
-        let ranges = [(0, 5), (1, 6), (2, 7), (3, 8)];
+        let ranges = [(0, 100), (10, 149), (20, 120), (3, 140)];
         let [narrow, wide] = [false, true].map(|wide| {
-            let mut outs = vec![vec![f32::NAN; d]; 4];
+            let mut outs = vec![vec![0f32; d]; 4];
             let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
             // SAFETY: AVX2 and FMA (`simd()`), AVX-512 F checked above.
-            unsafe { avx2::weighted_sums(&w, &ranges, 0, &k, &mut refs, wide) };
+            unsafe { avx2::weighted_sums(&w, &ranges, 0, &k, &mut refs, wide, (0, n - 1)) };
             outs.concat()
                 .iter()
                 .map(|x| x.to_bits())
                 .collect::<Vec<_>>()
         });
+        let mut outs = vec![vec![f32::NAN; d]; 4];
+        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+        weighted_sums(&w, &ranges, 0, &k, &mut refs);
+        let blocked: Vec<u32> = outs.concat().iter().map(|x| x.to_bits()).collect();
+        assert_eq!(narrow, blocked, "d={d}: in key blocks");
         assert_eq!(narrow, wide, "d={d}");
     }
 }
@@ -238,10 +246,11 @@ fn every_cache_type_is_read_as_its_values_in_any_block() {
         #[cfg(target_arch = "x86_64")]
         if simd() && std::is_x86_feature_detected!("avx512f") {
             let [narrow, wide] = [false, true].map(|wide| {
-                let mut outs = vec![vec![f32::NAN; d]; 4];
+                let mut outs = vec![vec![0f32; d]; 4];
                 let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+                let all = (0, rows.len() - 1);
                 // SAFETY: AVX2, FMA and F16C (`simd()`), AVX-512 F checked above.
-                unsafe { avx2::weighted_sums(w, &ranges, 0, rows, &mut refs, wide) };
+                unsafe { avx2::weighted_sums(w, &ranges, 0, rows, &mut refs, wide, all) };
                 outs.concat()
                     .iter()
                     .map(|x| x.to_bits())

@@ -1,15 +1,15 @@
 //! The x86 kernels of [`super`]: AVX-512 (16-float slices, the scores' key widening and lane
 //! sums) and AVX2 (8-float slices), and the weighted sums' inner loop both widths share.
 
-/// The weighted sums' inner loop for one register width (AVX2's 8 floats, AVX-512's 16): writes
-/// `S` slices of `$w` floats from `c` of every query's sum over keys `lo ..= hi` (those of its
-/// range). Each key's slices are loaded once for all queries and the sums stay in
-/// registers over the keys (increasing order, one FMA per key and lane, so the width never
-/// changes a number), with range checks only outside the keys `(clo, chi)` common to every
-/// query. Weight `j` of query `i` is `weights[i][j − first]`, key `j`'s value `values[j −
+/// The weighted sums' inner loop for one register width (AVX2's 8 floats, AVX-512's 16): adds
+/// to `S` slices of `$w` floats from `c` of every query's output its sum over keys `lo ..= hi`
+/// (those of its range). Each key's slices are loaded once for all queries and the sums stay in
+/// registers over the keys (increasing order, one FMA per key and lane onto the output's
+/// value, so neither the width nor a split of the keys into blocks changes a number), with
+/// range checks only outside the keys `(clo, chi)` common to every query. Weight `j` of query `i` is `weights[i][j − first]`, key `j`'s value `values[j −
 /// first]`.
 macro_rules! slices_fn {
-    ($feat:literal, $w:literal, $v:ty, $zero:ident, $load:ident, $set1:ident, $fma:ident, $store:ident) => {
+    ($feat:literal, $w:literal, $v:ty, $zero:ident, $load:ident, $loadf:ident, $set1:ident, $fma:ident, $store:ident) => {
         /// See `slices_fn!`.
         ///
         /// # Safety
@@ -31,6 +31,12 @@ macro_rules! slices_fn {
             let w: [&[f32]; NQ] = std::array::from_fn(|i| weights[i]);
             let r: [(usize, usize); NQ] = std::array::from_fn(|i| ranges[i]);
             let mut acc = [[$zero(); S]; NQ];
+            for (sums, out) in acc.iter_mut().zip(outs.iter()) {
+                for (s, sum) in sums.iter_mut().enumerate() {
+                    // SAFETY: every output holds c + w·S floats (this function's contract).
+                    *sum = unsafe { $loadf(out.as_ptr().add(c + $w * s)) };
+                }
+            }
             for j in lo..=hi {
                 // Keys outside the common range are summed only by the queries whose range
                 // holds them.
@@ -236,6 +242,7 @@ pub(super) mod avx512 {
         __m512,
         _mm512_setzero_ps,
         load16,
+        _mm512_loadu_ps,
         _mm512_set1_ps,
         _mm512_fmadd_ps,
         _mm512_storeu_ps
@@ -295,11 +302,16 @@ pub(super) mod avx2 {
     }
 
     /// See `super::weighted_sums`, for up to [`crate::attend::QUERIES`] queries (up to
-    /// [`crate::attend::WIDE_QUERIES`] where `wide`). `wide`: the CPU has AVX-512 F, and whole
+    /// [`crate::attend::WIDE_QUERIES`] where `wide`), over the keys of `block` only (inclusive),
+    /// added to the outputs: a caller that splits the keys into blocks zeroes the outputs first
+    /// and goes through the blocks in increasing order, and gets the numbers of one block of
+    /// all. The columns past the last whole 8 (a head size that is not a multiple of 8) are
+    /// written whole when `block` holds the first key. `wide`: the CPU has AVX-512 F, and whole
     /// 64-float slices (32 with more than four queries) and 16-float ones take its registers.
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C (and AVX-512 F where `wide`).
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in crate::attend) unsafe fn weighted_sums<R: Row>(
         weights: &[&[f32]],
@@ -308,6 +320,7 @@ pub(super) mod avx2 {
         values: &[R],
         outs: &mut [&mut [f32]],
         wide: bool,
+        block: (usize, usize),
     ) {
         let nq = weights.len();
         let most = if wide {
@@ -318,8 +331,9 @@ pub(super) mod avx2 {
         assert!(nq <= most && ranges.len() == nq && outs.len() == nq);
         let d = outs[0].len();
         let full = d / 8 * 8;
-        let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
-        let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+        let all_lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+        let lo = all_lo.max(block.0);
+        let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0).min(block.1);
         for (w, &(a, b)) in weights.iter().zip(ranges) {
             assert!(a >= first && w.len() > b - first);
         }
@@ -331,9 +345,12 @@ pub(super) mod avx2 {
         }
         // Keys every query sums (no range check), between those only some do.
         let common = (
-            ranges.iter().map(|r| r.0).max().unwrap_or(0),
-            ranges.iter().map(|r| r.1).min().unwrap_or(0),
+            ranges.iter().map(|r| r.0).max().unwrap_or(0).max(block.0),
+            ranges.iter().map(|r| r.1).min().unwrap_or(0).min(block.1),
         );
+        if lo > hi {
+            return;
+        }
         let keys = (lo, hi);
         let mut c = 0;
         if wide && nq > crate::attend::QUERIES {
@@ -399,6 +416,9 @@ pub(super) mod avx2 {
                 )
             };
         }
+        if block.0 > all_lo {
+            return;
+        }
         for i in 0..nq {
             for (t, o) in outs[i].iter_mut().enumerate().skip(full) {
                 let mut s = 0f32;
@@ -416,6 +436,7 @@ pub(super) mod avx2 {
         __m256,
         _mm256_setzero_ps,
         load8,
+        _mm256_loadu_ps,
         _mm256_set1_ps,
         _mm256_fmadd_ps,
         _mm256_storeu_ps
