@@ -18,7 +18,9 @@
 //!   sums come out in row order with no lane pairs to add per token.
 //!
 //! Signed nibbles are read as `q + 8` (xor 0x88) and `8·Σx` is taken back per group, as on the
-//! AVX2 path. Up to eight tokens share each unpacked load. A token's sums are integers, and its
+//! AVX2 path. Up to eight tokens share each unpacked load. Tokens of a whole block of 16 read the
+//! block-major tile order (`feed.rs`): one base register for all of a pass's tokens, and the
+//! load's products in one `asm!` block the compiler cannot spill. A token's sums are integers, and its
 //! float steps are the same whatever the batch, so a batch gives bit for bit the single-token
 //! results on this path.
 
