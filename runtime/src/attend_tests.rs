@@ -14,6 +14,52 @@ fn vecs(n: usize, d: usize, seed: u32) -> Vec<Vec<f32>> {
 
 #[cfg(target_arch = "x86_64")]
 #[test]
+fn value_blocks_give_one_pass_bits_with_a_ragged_head_and_late_windows() {
+    if !(simd() && std::is_x86_feature_detected!("avx512f")) {
+        eprintln!("no AVX-512 F on this CPU: nothing to compare");
+        return;
+    }
+    // A head of 20 (4 columns past the last whole 8), 900 keys (three value blocks of 409), and
+    // a second query block whose windows start in the second value block.
+    let (d, n) = (20, 900);
+    let ks = vecs(n, d, 7);
+    let k: Vec<&[f32]> = ks.iter().map(|v| &v[..]).collect();
+    let ws = vecs(10, n, 8);
+    let w: Vec<&[f32]> = ws.iter().map(|v| &v[..]).collect();
+    let ranges: Vec<(usize, usize)> = (0..10)
+        .map(|i| {
+            if i < 8 {
+                (i * 3, 880 + i)
+            } else {
+                (500 + i, 899)
+            }
+        })
+        .collect();
+    let mut one = vec![vec![0f32; d]; 10];
+    for (chunk, outs) in one.chunks_mut(QUERIES).enumerate() {
+        let at = chunk * QUERIES;
+        let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|v| &mut v[..]).collect();
+        let (w, r) = (&w[at..at + refs.len()], &ranges[at..at + refs.len()]);
+        // SAFETY: AVX2, FMA and F16C (`simd()`); the narrow kernel over all keys at once.
+        unsafe { avx2::weighted_sums(w, r, 0, &k, &mut refs, false, (0, n - 1)) };
+    }
+    let mut blocked = vec![vec![f32::NAN; d]; 10];
+    let mut refs: Vec<&mut [f32]> = blocked.iter_mut().map(|v| &mut v[..]).collect();
+    weighted_sums(&w, &ranges, 0, &k, &mut refs);
+    for (i, (a, b)) in one.iter().zip(&blocked).enumerate() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(a), bits(b), "query {i}");
+        for (t, &o) in b.iter().enumerate() {
+            let exact: f64 = (ranges[i].0..=ranges[i].1)
+                .map(|j| w[i][j] as f64 * k[j][t] as f64)
+                .sum();
+            assert!((o as f64 - exact).abs() < 1e-3, "query {i} column {t}");
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
 fn sixteen_float_slices_give_the_eight_float_sums_bit_for_bit() {
     if !(simd() && std::is_x86_feature_detected!("avx512f")) {
         eprintln!("no AVX-512 F on this CPU: nothing to compare");

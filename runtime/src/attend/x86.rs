@@ -348,6 +348,19 @@ pub(super) mod avx2 {
             ranges.iter().map(|r| r.0).max().unwrap_or(0).max(block.0),
             ranges.iter().map(|r| r.1).min().unwrap_or(0).min(block.1),
         );
+        // The columns past the last whole 8, whole (every key of every range), once: in the
+        // block that holds the first key any query sums.
+        if block.0 <= all_lo && all_lo <= block.1 {
+            for i in 0..nq {
+                for (t, o) in outs[i].iter_mut().enumerate().skip(full) {
+                    let mut s = 0f32;
+                    for j in ranges[i].0..=ranges[i].1 {
+                        s += weights[i][j - first] * values[j - first].get(t);
+                    }
+                    *o = s;
+                }
+            }
+        }
         if lo > hi {
             return;
         }
@@ -415,18 +428,6 @@ pub(super) mod avx2 {
                     (weights, ranges, first, values, outs, c, keys, common)
                 )
             };
-        }
-        if block.0 > all_lo {
-            return;
-        }
-        for i in 0..nq {
-            for (t, o) in outs[i].iter_mut().enumerate().skip(full) {
-                let mut s = 0f32;
-                for j in ranges[i].0..=ranges[i].1 {
-                    s += weights[i][j - first] * values[j - first].get(t);
-                }
-                *o = s;
-            }
         }
     }
 

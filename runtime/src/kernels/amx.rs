@@ -29,7 +29,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::{Cell, RefCell};
 
-use super::activations::BlockOrder;
+use super::activations::BlockOrder::{self, GroupMajor};
 use super::layout::Codes;
 use super::x86_512;
 use super::{Activations, QMatrix};
@@ -290,7 +290,7 @@ unsafe fn tiles(
             }
             for blk in 0..blocks {
                 let slot = &mut s.c[(blk % SLOTS) * SLOT..][..2 * 256];
-                let at = a.qt[(gg * blocks + blk) * 512..][..512].as_ptr();
+                let at = a.qt[GroupMajor.index(blk, gg, blocks, groups) * 32..][..512].as_ptr();
                 // SAFETY: A is 16 rows of 32 bytes inside `a.qt`; B is loaded above; `slot`
                 // holds two 1 KiB tiles.
                 unsafe { product(at, slot, blk % 2 == 1, units == 2) };
@@ -377,8 +377,9 @@ fn accumulate(
 ) {
     let t0 = blk * BLOCK;
     let blocks = a.n / BLOCK;
-    let qd = &a.qdt[(gg * blocks + blk) * BLOCK..][..BLOCK];
-    let zs = &a.zst[(gg * blocks + blk) * BLOCK..][..BLOCK];
+    let at = GroupMajor.index(blk, gg, blocks, a.kp / 32);
+    let qd = &a.qdt[at..][..BLOCK];
+    let zs = &a.zst[at..][..BLOCK];
     for (u, &(d, z)) in scales.iter().enumerate().take(units) {
         let tile = &c[256 * u..][..256];
         let sums = &mut acc[u * n + t0..][..BLOCK];

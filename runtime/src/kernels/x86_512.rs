@@ -306,7 +306,7 @@ unsafe fn lane32<const NT: usize, const S: usize, const TILED: bool>(
                     (d, z)
                 };
                 for t in 0..NT {
-                    let f = feed.factors(t, gg);
+                    let f = feed.factors(t, gg, l.zero);
                     let (l, h) = (sum_of::<NT, S>(&lo, t), sum_of::<NT, S>(&hi, t));
                     even[t] = scale(even[t], l, d.0, z.map(|z| z.0), f);
                     odd[t] = scale(odd[t], h, d.1, z.map(|z| z.1), f);
@@ -433,7 +433,13 @@ unsafe fn lane16<const NT: usize, const S: usize, const TILED: bool>(
                 let d = widen16(&tile[slot..slot + 32]);
                 let z = l.zero.then(|| widen16(&tile[l.zero_base() + slot..][..32]));
                 for (t, acc) in acc.iter_mut().enumerate() {
-                    *acc = scale(*acc, sum_of::<NT, S>(&sums, t), d, z, feed.factors(t, gg));
+                    *acc = scale(
+                        *acc,
+                        sum_of::<NT, S>(&sums, t),
+                        d,
+                        z,
+                        feed.factors(t, gg, l.zero),
+                    );
                 }
             }
         }

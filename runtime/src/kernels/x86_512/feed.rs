@@ -4,6 +4,7 @@
 use std::arch::x86_64::*;
 
 use super::super::Activations;
+use super::super::activations::BlockOrder;
 use super::super::x86::token_codes;
 use super::{TOKENS, TOKENS_32};
 
@@ -26,7 +27,10 @@ impl<'a, const TILED: bool> Feed<'a, TILED> {
     pub(super) fn new(a: &'a Activations, t0: usize) -> Self {
         let groups = a.kp / 32;
         let (base, group_step) = if TILED {
-            (t0 / 16 * 16 * groups + t0 % 16, 16)
+            let order = BlockOrder::BlockMajor;
+            let b = t0 / 16;
+            let at = order.index(b, 0, a.n / 16, groups);
+            (at + t0 % 16, order.index(b, 1, a.n / 16, groups) - at)
         } else {
             (t0 * groups, 1)
         };
@@ -60,15 +64,17 @@ impl<'a, const TILED: bool> Feed<'a, TILED> {
         self.base + gg * self.group_step + t * token_step
     }
 
-    /// Token `t0 + t`'s activation scale of group `gg`, and its zero-point factor.
+    /// Token `t0 + t`'s activation scale of group `gg`, and its zero-point factor where `zero`
+    /// (the tiles have zero points; 0 otherwise, not read).
     #[inline(always)]
-    pub(super) fn factors(&self, t: usize, gg: usize) -> (f32, f32) {
+    pub(super) fn factors(&self, t: usize, gg: usize, zero: bool) -> (f32, f32) {
         let at = self.at(t, gg);
-        if TILED {
-            (self.a.qdt[at], self.a.zst[at])
+        let (qd, zs) = if TILED {
+            (&self.a.qdt, &self.a.zst)
         } else {
-            (self.a.qd[at], self.a.zs[at])
-        }
+            (&self.a.qd, &self.a.zs)
+        };
+        (qd[at], if zero { zs[at] } else { 0.0 })
     }
 
     /// Token `t0 + t`'s `8·Σx` of group `gg`.
