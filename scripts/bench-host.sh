@@ -51,7 +51,7 @@ esac
 ll=$(scripts/llama-cpp.sh "$build")
 echo "llama.cpp: $ll_src ($ll_features)"
 
-bw=$(cargo bench -q -p onebit-runtime --bench bandwidth 2>/dev/null | grep read_bandwidth || true)
+bw=$(cargo bench -q -p onebit-kernels --bench bandwidth 2>/dev/null | grep read_bandwidth || true)
 echo "$bw"
 bw_at() { sed -n "s/^read_bandwidth threads=$1 gb_per_s=//p" <<<"$bw"; }
 

@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::catalog::MemorySchemaProvider;
+use datafusion::common::{Column, ScalarValue};
 use datafusion::datasource::MemTable;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
-use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use datafusion::prelude::{DataFrame, Expr, ParquetReadOptions, SessionContext, lit};
 use onebit_pipeline::shared::{SharedManifest, SharedStore};
 use onebit_pipeline::{Digest, Store};
 
@@ -29,14 +29,6 @@ struct Import {
     key: String,
     first: String,
     last: String,
-}
-
-/// The schema the store's table files are registered in, apart from the catalog's tables.
-const FILES_SCHEMA: &str = "store_files";
-
-/// A SQL string literal.
-fn lit(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 /// Where a store's files are, as DataFusion reads them: the only part of the catalog that differs
@@ -112,7 +104,9 @@ impl Files<'_> {
 }
 
 /// Registers every table of `store` in `ctx` (a shared store's read from its bucket, a local
-/// store's from its folder); returns their schemas.
+/// store's from its folder); returns their schemas. Only the tables and views people query are
+/// registered: the stage files behind the views are read into the views' plans, never named, so
+/// `SHOW TABLES` and `information_schema` list exactly what [`crate::Catalog::tables`] does.
 pub(crate) fn register(
     ctx: &SessionContext,
     runtime: &tokio::runtime::Runtime,
@@ -135,8 +129,29 @@ pub(crate) fn register(
     };
     let mut tables = BTreeMap::new();
     let refs = onebit_pipeline::refs::list_refs(store)?;
+    tables.insert("runs".to_string(), register_runs(ctx, &files)?);
+    let seen = seen_imports(ctx, runtime)?;
+    let views = stage_views(&files, &refs, &seen);
+    tables.extend(register_views(ctx, runtime, views)?);
 
-    // runs: every run-record file, listed by DataFusion itself.
+    // cache and packs, from the entries' manifests and the refs.
+    let rows = files.cache_rows()?;
+    let by_key = packs_by_key(&refs);
+    for (name, t) in [
+        ("cache", cache_rows(rows, &by_key)?),
+        ("packs", packs_table(store, current)?),
+    ] {
+        let mem = MemTable::try_new(t.schema.clone(), vec![t.batches])
+            .map_err(|e| from_datafusion(e, ""))?;
+        ctx.register_table(name, Arc::new(mem))
+            .map_err(|e| from_datafusion(e, ""))?;
+        tables.insert(name.to_string(), t.schema);
+    }
+    Ok(tables)
+}
+
+/// `runs`: every run-record file, listed by DataFusion itself; returns its schema.
+fn register_runs(ctx: &SessionContext, files: &Files<'_>) -> Result<SchemaRef> {
     let runs_url = files.runs_url();
     let url = ListingTableUrl::parse(&runs_url).map_err(|e| from_datafusion(e, ""))?;
     let options =
@@ -148,9 +163,14 @@ pub(crate) fn register(
     let runs = ListingTable::try_new(config).map_err(|e| from_datafusion(e, ""))?;
     ctx.register_table("runs", Arc::new(runs))
         .map_err(|e| from_datafusion(e, ""))?;
-    tables.insert("runs".to_string(), schema);
+    Ok(schema)
+}
 
-    // Every (pack, stage, key) the run records name, with its first and last run.
+/// Every (pack, stage) the run records name, with each import's key and its first and last run.
+fn seen_imports(
+    ctx: &SessionContext,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<BTreeMap<(String, String), Vec<Import>>> {
     let seen_sql = "SELECT ref_name, stage, key, min(run_id) AS first, max(run_id) AS last \
                     FROM runs WHERE ref_name IS NOT NULL AND status IN ('hit', 'miss') \
                     GROUP BY ref_name, stage, key ORDER BY ref_name, stage, last";
@@ -184,31 +204,34 @@ pub(crate) fn register(
                 });
         }
     }
+    Ok(seen)
+}
 
-    // Stage tables: one registered file per (pack, table, import), a view adding `pack` over the
-    // current imports, and a `_history` view over them all.
-    // Files to register (name, url), then the views over them.
-    let mut to_register: Vec<(String, String)> = Vec::new();
-    // The files are tables of their own schema, so `SHOW TABLES` lists the catalog's tables only.
-    let schema = MemorySchemaProvider::new();
-    ctx.catalog("datafusion")
-        .ok_or_else(|| Error::Execution("no default catalog".into()))?
-        .register_schema(FILES_SCHEMA, Arc::new(schema))
-        .map_err(|e| from_datafusion(e, ""))?;
-    let mut register_file = |table: &str, url: String| -> String {
-        let name = format!("{FILES_SCHEMA}.{table}_{}", to_register.len());
-        to_register.push((name.clone(), url));
-        name
-    };
-    let mut views: Vec<(String, Vec<String>)> = Vec::new();
+/// One file of a view: its URL and the constant columns put before the file's own.
+struct Branch {
+    url: String,
+    constants: Vec<(&'static str, ScalarValue)>,
+}
+
+/// The stage views: per stage table, one over the Parquet file of every pack's current entry
+/// with the `pack` column added, and a `_history` view over every import the run records name.
+fn stage_views(
+    files: &Files<'_>,
+    refs: &[onebit_pipeline::refs::RefRecord],
+    seen: &BTreeMap<(String, String), Vec<Import>>,
+) -> Vec<(String, Vec<Branch>)> {
+    let text = |s: &str| ScalarValue::Utf8(Some(s.to_string()));
+    let mut views = Vec::new();
     for (table, stage, file) in STAGE_TABLES {
         let mut current = Vec::new();
         let mut history = Vec::new();
-        for r in &refs {
+        for r in refs {
             let Some(s) = r.stage(stage) else { continue };
             if let Some(url) = files.entry_file_url(&s.key, file) {
-                let name = register_file(table, url);
-                current.push(format!("SELECT {} AS pack, * FROM {name}", lit(&r.name)));
+                current.push(Branch {
+                    url,
+                    constants: vec![("pack", text(&r.name))],
+                });
             }
             for Import { key, first, last } in seen
                 .get(&(r.name.clone(), stage.to_string()))
@@ -221,57 +244,68 @@ pub(crate) fn register(
                 let Some(url) = files.entry_file_url(&d, file) else {
                     continue;
                 };
-                let name = register_file(table, url);
-                history.push(format!(
-                    "SELECT {} AS pack, {} AS import_key, {} AS first_run, {} AS last_run, {} AS current, * FROM {name}",
-                    lit(&r.name),
-                    lit(key),
-                    lit(first),
-                    lit(last),
-                    d == s.key
-                ));
+                history.push(Branch {
+                    url,
+                    constants: vec![
+                        ("pack", text(&r.name)),
+                        ("import_key", text(key)),
+                        ("first_run", text(first)),
+                        ("last_run", text(last)),
+                        ("current", ScalarValue::Boolean(Some(d == s.key))),
+                    ],
+                });
             }
         }
         views.push((table.to_string(), current));
         views.push((format!("{table}_history"), history));
     }
-    // Each registration reads the file's footer: all of them at once.
-    runtime
-        .block_on(futures::future::try_join_all(to_register.iter().map(
-            |(name, url)| {
-                ctx.register_parquet(name.as_str(), url.as_str(), ParquetReadOptions::default())
-            },
-        )))
-        .map_err(|e| from_datafusion(e, "registering the store's table files"))?;
-    for (view, branches) in views {
-        if branches.is_empty() {
-            continue;
-        }
-        let sql = format!("CREATE VIEW {view} AS {}", branches.join(" UNION ALL "));
-        runtime
-            .block_on(async { ctx.sql(&sql).await?.collect().await })
-            .map_err(|e| from_datafusion(e, &sql))?;
-        let schema = runtime
-            .block_on(ctx.table(view.as_str()))
-            .map_err(|e| from_datafusion(e, &view))?
-            .schema()
-            .inner()
-            .clone();
-        tables.insert(view, schema);
-    }
+    views
+}
 
-    // cache and packs, from the entries' manifests and the refs.
-    let rows = files.cache_rows()?;
-    let by_key = packs_by_key(&refs);
-    for (name, t) in [
-        ("cache", cache_rows(rows, &by_key)?),
-        ("packs", packs_table(store, current)?),
-    ] {
-        let mem = MemTable::try_new(t.schema.clone(), vec![t.batches])
-            .map_err(|e| from_datafusion(e, ""))?;
-        ctx.register_table(name, Arc::new(mem))
-            .map_err(|e| from_datafusion(e, ""))?;
-        tables.insert(name.to_string(), t.schema);
+/// Registers each view with at least one file as the union of its files, each with its constant
+/// columns first; returns the views' schemas. Each file's footer is read once, all at once.
+fn register_views(
+    ctx: &SessionContext,
+    runtime: &tokio::runtime::Runtime,
+    views: Vec<(String, Vec<Branch>)>,
+) -> Result<BTreeMap<String, SchemaRef>> {
+    let urls: Vec<&str> = views
+        .iter()
+        .flat_map(|(_, bs)| bs.iter().map(|b| b.url.as_str()))
+        .collect();
+    let frames = runtime
+        .block_on(futures::future::try_join_all(
+            urls.iter()
+                .map(|url| ctx.read_parquet(*url, ParquetReadOptions::default())),
+        ))
+        .map_err(|e| from_datafusion(e, "reading the store's table files"))?;
+    let mut frames = frames.into_iter();
+    let mut schemas = BTreeMap::new();
+    for (view, branches) in views {
+        let mut union: Option<DataFrame> = None;
+        for (branch, frame) in branches.into_iter().zip(frames.by_ref()) {
+            let mut exprs: Vec<Expr> = branch
+                .constants
+                .into_iter()
+                .map(|(name, v)| lit(v).alias(name))
+                .collect();
+            exprs.extend(
+                frame
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| Expr::Column(Column::new_unqualified(f.name()))),
+            );
+            let frame = frame.select(exprs).map_err(|e| from_datafusion(e, &view))?;
+            union = Some(match union {
+                None => frame,
+                Some(u) => u.union(frame).map_err(|e| from_datafusion(e, &view))?,
+            });
+        }
+        let Some(union) = union else { continue };
+        schemas.insert(view.clone(), union.schema().inner().clone());
+        ctx.register_table(view.as_str(), union.into_view())
+            .map_err(|e| from_datafusion(e, &view))?;
     }
-    Ok(tables)
+    Ok(schemas)
 }

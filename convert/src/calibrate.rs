@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use onebit_runtime::pack::{FORMAT, Manifest, Provenance, TensorEntry, VERSION, Verification};
+use onebit_pack::manifest::{FORMAT, Manifest, Provenance, TensorEntry, VERSION, Verification};
 
 use super::{ConvertOptions, TileChoice};
 use onebit_stages::error::{Error, Result, io_at};

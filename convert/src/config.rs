@@ -70,11 +70,56 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
         "eos_token_id": eos,
         "torch_dtype": "bfloat16",
     });
-    let set = |c: &mut Value, k: &str, v: Value| {
-        if let Some(o) = c.as_object_mut() {
-            o.insert(k.to_string(), v);
-        }
-    };
+    rope_scaling(g, d, &mut c, &mut dec)?;
+    match a.as_str() {
+        "llama" => plain_family(
+            &mut c,
+            "llama",
+            "LlamaForCausalLM",
+            ("attention_bias", false),
+        ),
+        "qwen2" => plain_family(
+            &mut c,
+            "qwen2",
+            "Qwen2ForCausalLM",
+            ("use_sliding_window", false),
+        ),
+        "qwen3" => plain_family(
+            &mut c,
+            "qwen3",
+            "Qwen3ForCausalLM",
+            ("attention_bias", false),
+        ),
+        "gemma3" => gemma3(g, d, &mut c, &mut dec),
+        "hunyuan-dense" => hunyuan(g, d, &mut c, &mut dec),
+        "lfm2" => lfm2(g, d, &mut c, &mut dec, eps, ffn),
+        "qwen35" => qwen35(g, d, &mut c, &mut dec)?,
+        _ => {}
+    }
+    if let Some(p) = g
+        .meta("tokenizer.ggml.padding_token_id")
+        .and_then(|v| v.as_u64())
+    {
+        set(&mut c, "pad_token_id", json!(p));
+    }
+    Ok(ConfigOut {
+        json: c,
+        decisions: dec,
+    })
+}
+
+/// Sets `k` of the config object `c`.
+fn set(c: &mut Value, k: &str, v: Value) {
+    if let Some(o) = c.as_object_mut() {
+        o.insert(k.to_string(), v);
+    }
+}
+
+/// `rope_scaling`: linear from the GGUF's scaling type and factor, llama3's recovered from
+/// `rope_freqs.weight`, none otherwise; another scaling type is refused.
+fn rope_scaling(g: &GgufFile, d: &Dims, c: &mut Value, dec: &mut Vec<String>) -> Result<()> {
+    let a = &d.arch;
+    let f = |k: &str| g.meta(&format!("{a}.{k}")).and_then(|v| v.as_f64());
     let scaling = g
         .meta(&format!("{a}.rope.scaling.type"))
         .and_then(|v| v.as_str())
@@ -83,7 +128,7 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
     match (scaling.as_deref(), factor) {
         (Some("linear"), Some(fac)) => {
             set(
-                &mut c,
+                c,
                 "rope_scaling",
                 json!({"rope_type": "linear", "factor": fac}),
             );
@@ -91,7 +136,7 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
                 "rope_scaling=linear×{fac} <- {a}.rope.scaling.type/factor"
             ));
         }
-        (None, _) | (Some("none"), _) => set(&mut c, "rope_scaling", Value::Null),
+        (None, _) | (Some("none"), _) => set(c, "rope_scaling", Value::Null),
         (Some(other), _) => {
             return Err(super::refuse(
                 g.path(),
@@ -113,7 +158,7 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
                 others,
             }) => {
                 set(
-                    &mut c,
+                    c,
                     "rope_scaling",
                     json!({
                         "rope_type": "llama3",
@@ -140,165 +185,149 @@ pub fn config_json(g: &GgufFile, d: &Dims) -> Result<ConfigOut> {
             Err(why) => return Err(super::refuse(g.path(), "rope_freqs.weight", why)),
         }
     }
-    match a.as_str() {
-        "llama" => {
-            set(&mut c, "model_type", json!("llama"));
-            set(&mut c, "architectures", json!(["LlamaForCausalLM"]));
-            set(&mut c, "hidden_act", json!("silu"));
-            set(&mut c, "attention_bias", json!(false));
-        }
-        "qwen2" => {
-            set(&mut c, "model_type", json!("qwen2"));
-            set(&mut c, "architectures", json!(["Qwen2ForCausalLM"]));
-            set(&mut c, "hidden_act", json!("silu"));
-            set(&mut c, "use_sliding_window", json!(false));
-        }
-        "qwen3" => {
-            set(&mut c, "model_type", json!("qwen3"));
-            set(&mut c, "architectures", json!(["Qwen3ForCausalLM"]));
-            set(&mut c, "hidden_act", json!("silu"));
-            set(&mut c, "attention_bias", json!(false));
-        }
-        "gemma3" => {
-            set(&mut c, "model_type", json!("gemma3_text"));
-            set(&mut c, "architectures", json!(["Gemma3ForCausalLM"]));
-            set(&mut c, "hidden_activation", json!("gelu_pytorch_tanh"));
-            let window = u("attention.sliding_window").unwrap_or(512);
-            set(&mut c, "sliding_window", json!(window));
-            // llama.cpp (src/llama-model.cpp, LLM_ARCH_GEMMA3): swa pattern 6, local base 10000,
-            // attention scale 1/√head_dim except the 27B model (1/√(hidden/heads)).
-            let pattern = 6u64;
-            set(&mut c, "_sliding_window_pattern", json!(pattern));
-            let types: Vec<&str> = (0..d.layers)
-                .map(|l| {
-                    if (l + 1) % pattern == 0 {
-                        "full_attention"
-                    } else {
-                        "sliding_attention"
-                    }
-                })
-                .collect();
-            set(&mut c, "layer_types", json!(types));
-            set(&mut c, "rope_local_base_freq", json!(10_000.0));
-            let is_27b = d.layers == 62;
-            let scalar = if is_27b {
-                d.hidden / d.heads
+    Ok(())
+}
+
+/// The keys of a family llama.cpp converts with no choices of its own: its model type, class,
+/// SiLU and one bias or window switch off.
+fn plain_family(c: &mut Value, model_type: &str, class: &str, off: (&str, bool)) {
+    set(c, "model_type", json!(model_type));
+    set(c, "architectures", json!([class]));
+    set(c, "hidden_act", json!("silu"));
+    set(c, off.0, json!(off.1));
+}
+
+/// Gemma 3's keys: the sliding window from the GGUF, the rest llama.cpp's fixed choices.
+fn gemma3(g: &GgufFile, d: &Dims, c: &mut Value, dec: &mut Vec<String>) {
+    let a = &d.arch;
+    let u = |k: &str| g.meta(&format!("{a}.{k}")).and_then(|v| v.as_u64());
+    set(c, "model_type", json!("gemma3_text"));
+    set(c, "architectures", json!(["Gemma3ForCausalLM"]));
+    set(c, "hidden_activation", json!("gelu_pytorch_tanh"));
+    let window = u("attention.sliding_window").unwrap_or(512);
+    set(c, "sliding_window", json!(window));
+    // llama.cpp (src/llama-model.cpp, LLM_ARCH_GEMMA3): swa pattern 6, local base 10000,
+    // attention scale 1/√head_dim except the 27B model (1/√(hidden/heads)).
+    let pattern = 6u64;
+    set(c, "_sliding_window_pattern", json!(pattern));
+    let types: Vec<&str> = (0..d.layers)
+        .map(|l| {
+            if (l + 1) % pattern == 0 {
+                "full_attention"
             } else {
-                d.head_dim
-            };
-            set(&mut c, "query_pre_attn_scalar", json!(scalar));
-            set(&mut c, "final_logit_softcapping", Value::Null);
-            set(&mut c, "attn_logit_softcapping", Value::Null);
-            set(&mut c, "sliding_window_pattern", json!(pattern));
-            dec.push(format!(
-                "sliding_window={window} <- gemma3.attention.sliding_window"
-            ));
-            dec.push(
-                "layer_types=every 6th full <- llama.cpp's fixed gemma3 swa pattern (6)".into(),
-            );
-            dec.push("rope_local_base_freq=10000 <- llama.cpp's fixed gemma3 local base".into());
-            dec.push(format!(
-                "query_pre_attn_scalar={scalar} <- {} (llama.cpp's gemma3 attention scale)",
-                if is_27b {
-                    "hidden/heads (27B)"
-                } else {
-                    "head_dim"
-                }
-            ));
-        }
-        "hunyuan-dense" => {
-            set(&mut c, "model_type", json!("hunyuan_v1_dense"));
-            set(
-                &mut c,
-                "architectures",
-                json!(["HunYuanDenseV1ForCausalLM"]),
-            );
-            set(&mut c, "hidden_act", json!("silu"));
-            set(&mut c, "attention_bias", json!(false));
-            set(&mut c, "mlp_bias", json!(false));
-            set(&mut c, "norm_type", json!("rms"));
-            set(&mut c, "use_cla", json!(false));
-            set(&mut c, "attention_head_dim", json!(d.head_dim));
-            let qk_norm = g.tensor("blk.0.attn_q_norm.weight").is_some();
-            set(&mut c, "use_qk_norm", json!(qk_norm));
-            dec.push(format!(
-                "use_qk_norm={qk_norm} <- blk.0.attn_q_norm.weight {}",
-                if qk_norm { "present" } else { "absent" }
-            ));
-            let base = f("rope.freq_base").unwrap_or(10_000.0);
-            match hunyuan_alpha(base, d.head_dim) {
-                Some(alpha) => {
-                    set(&mut c, "rope_theta", json!(HUNYUAN_THETA));
-                    set(
-                        &mut c,
-                        "rope_scaling",
-                        json!({"type": "dynamic", "alpha": alpha, "factor": 1.0}),
-                    );
-                    dec.push(format!(
-                        "rope_scaling=dynamic alpha {alpha}, rope_theta={HUNYUAN_THETA} <- {a}.rope.freq_base {base} = {HUNYUAN_THETA}·{alpha}^({}/{}) exactly in f32 (llama.cpp folds α into the base)",
-                        d.head_dim,
-                        d.head_dim.saturating_sub(2)
-                    ));
-                }
-                None if base == HUNYUAN_THETA => {
-                    dec.push(format!(
-                        "rope_theta={HUNYUAN_THETA}, no rope_scaling <- {a}.rope.freq_base {base} (no α folded in)"
-                    ));
-                }
-                None => dec.push(format!(
-                    "rope_theta={base}, no rope_scaling <- {a}.rope.freq_base: no α with a short decimal form reproduces it from θ {HUNYUAN_THETA}, so the folded base is written (same frequencies)"
-                )),
+                "sliding_attention"
             }
+        })
+        .collect();
+    set(c, "layer_types", json!(types));
+    set(c, "rope_local_base_freq", json!(10_000.0));
+    let is_27b = d.layers == 62;
+    let scalar = if is_27b {
+        d.hidden / d.heads
+    } else {
+        d.head_dim
+    };
+    set(c, "query_pre_attn_scalar", json!(scalar));
+    set(c, "final_logit_softcapping", Value::Null);
+    set(c, "attn_logit_softcapping", Value::Null);
+    set(c, "sliding_window_pattern", json!(pattern));
+    dec.push(format!(
+        "sliding_window={window} <- gemma3.attention.sliding_window"
+    ));
+    dec.push("layer_types=every 6th full <- llama.cpp's fixed gemma3 swa pattern (6)".into());
+    dec.push("rope_local_base_freq=10000 <- llama.cpp's fixed gemma3 local base".into());
+    dec.push(format!(
+        "query_pre_attn_scalar={scalar} <- {} (llama.cpp's gemma3 attention scale)",
+        if is_27b {
+            "hidden/heads (27B)"
+        } else {
+            "head_dim"
         }
-        "lfm2" => {
-            set(&mut c, "model_type", json!("lfm2"));
-            set(&mut c, "architectures", json!(["Lfm2ForCausalLM"]));
-            // LFM2 reads norm_eps; its MLP is always SwiGLU.
-            if let Some(o) = c.as_object_mut() {
-                o.remove("rms_norm_eps");
+    ));
+}
+
+/// Hunyuan dense's keys, with α recovered from the base llama.cpp folded it into.
+fn hunyuan(g: &GgufFile, d: &Dims, c: &mut Value, dec: &mut Vec<String>) {
+    let a = &d.arch;
+    let f = |k: &str| g.meta(&format!("{a}.{k}")).and_then(|v| v.as_f64());
+    set(c, "model_type", json!("hunyuan_v1_dense"));
+    set(c, "architectures", json!(["HunYuanDenseV1ForCausalLM"]));
+    set(c, "hidden_act", json!("silu"));
+    set(c, "attention_bias", json!(false));
+    set(c, "mlp_bias", json!(false));
+    set(c, "norm_type", json!("rms"));
+    set(c, "use_cla", json!(false));
+    set(c, "attention_head_dim", json!(d.head_dim));
+    let qk_norm = g.tensor("blk.0.attn_q_norm.weight").is_some();
+    set(c, "use_qk_norm", json!(qk_norm));
+    dec.push(format!(
+        "use_qk_norm={qk_norm} <- blk.0.attn_q_norm.weight {}",
+        if qk_norm { "present" } else { "absent" }
+    ));
+    let base = f("rope.freq_base").unwrap_or(10_000.0);
+    match hunyuan_alpha(base, d.head_dim) {
+            Some(alpha) => {
+                set(c, "rope_theta", json!(HUNYUAN_THETA));
+                set(
+                    c,
+                    "rope_scaling",
+                    json!({"type": "dynamic", "alpha": alpha, "factor": 1.0}),
+                );
+                dec.push(format!(
+                    "rope_scaling=dynamic alpha {alpha}, rope_theta={HUNYUAN_THETA} <- {a}.rope.freq_base {base} = {HUNYUAN_THETA}·{alpha}^({}/{}) exactly in f32 (llama.cpp folds α into the base)",
+                    d.head_dim,
+                    d.head_dim.saturating_sub(2)
+                ));
             }
-            set(&mut c, "norm_eps", json!(eps));
-            let types: Vec<&str> = d
-                .attention_layers
-                .iter()
-                .map(|&a| if a { "full_attention" } else { "conv" })
-                .collect();
-            dec.push(format!(
-                "layer_types={} conv, {} full_attention <- {a}.attention.head_count_kv (0 on convolution layers)",
-                types.iter().filter(|t| **t == "conv").count(),
-                types.iter().filter(|t| **t == "full_attention").count()
-            ));
-            set(&mut c, "layer_types", json!(types));
-            let l_cache = u("shortconv.l_cache").unwrap_or(3);
-            dec.push(format!(
-                "conv_L_cache={l_cache} <- {}",
-                if u("shortconv.l_cache").is_some() {
-                    format!("{a}.shortconv.l_cache")
-                } else {
-                    format!("default ({a}.shortconv.l_cache absent)")
-                }
-            ));
-            set(&mut c, "conv_L_cache", json!(l_cache));
-            set(&mut c, "conv_bias", json!(false));
-            // The GGUF's feed_forward_length is the width after LFM2's auto-adjustment.
-            set(&mut c, "block_auto_adjust_ff_dim", json!(false));
-            dec.push(format!(
-                "intermediate_size={ffn}, block_auto_adjust_ff_dim=false <- {a}.feed_forward_length (llama.cpp writes the adjusted width)"
-            ));
+            None if base == HUNYUAN_THETA => {
+                dec.push(format!(
+                    "rope_theta={HUNYUAN_THETA}, no rope_scaling <- {a}.rope.freq_base {base} (no α folded in)"
+                ));
+            }
+            None => dec.push(format!(
+                "rope_theta={base}, no rope_scaling <- {a}.rope.freq_base: no α with a short decimal form reproduces it from θ {HUNYUAN_THETA}, so the folded base is written (same frequencies)"
+            )),
         }
-        "qwen35" => qwen35(g, d, &mut c, &mut dec)?,
-        _ => {}
+}
+
+/// LFM2's keys: the layer kinds from the key/value head counts, the convolution's taps.
+fn lfm2(g: &GgufFile, d: &Dims, c: &mut Value, dec: &mut Vec<String>, eps: f64, ffn: u64) {
+    let a = &d.arch;
+    let u = |k: &str| g.meta(&format!("{a}.{k}")).and_then(|v| v.as_u64());
+    set(c, "model_type", json!("lfm2"));
+    set(c, "architectures", json!(["Lfm2ForCausalLM"]));
+    // LFM2 reads norm_eps; its MLP is always SwiGLU.
+    if let Some(o) = c.as_object_mut() {
+        o.remove("rms_norm_eps");
     }
-    if let Some(p) = g
-        .meta("tokenizer.ggml.padding_token_id")
-        .and_then(|v| v.as_u64())
-    {
-        set(&mut c, "pad_token_id", json!(p));
-    }
-    Ok(ConfigOut {
-        json: c,
-        decisions: dec,
-    })
+    set(c, "norm_eps", json!(eps));
+    let types: Vec<&str> = d
+        .attention_layers
+        .iter()
+        .map(|&a| if a { "full_attention" } else { "conv" })
+        .collect();
+    dec.push(format!(
+            "layer_types={} conv, {} full_attention <- {a}.attention.head_count_kv (0 on convolution layers)",
+            types.iter().filter(|t| **t == "conv").count(),
+            types.iter().filter(|t| **t == "full_attention").count()
+        ));
+    set(c, "layer_types", json!(types));
+    let l_cache = u("shortconv.l_cache").unwrap_or(3);
+    dec.push(format!(
+        "conv_L_cache={l_cache} <- {}",
+        if u("shortconv.l_cache").is_some() {
+            format!("{a}.shortconv.l_cache")
+        } else {
+            format!("default ({a}.shortconv.l_cache absent)")
+        }
+    ));
+    set(c, "conv_L_cache", json!(l_cache));
+    set(c, "conv_bias", json!(false));
+    // The GGUF's feed_forward_length is the width after LFM2's auto-adjustment.
+    set(c, "block_auto_adjust_ff_dim", json!(false));
+    dec.push(format!(
+            "intermediate_size={ffn}, block_auto_adjust_ff_dim=false <- {a}.feed_forward_length (llama.cpp writes the adjusted width)"
+        ));
 }
 
 /// Qwen3.5's text config (`Qwen3_5TextConfig` keys) from the GGUF's `qwen35.*` metadata.

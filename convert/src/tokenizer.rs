@@ -180,80 +180,12 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
                     "gpt2 without a pre-tokenizer",
                 ));
             };
-            dec.push(format!(
-                "pre_tokenizer={} ({} split{}, {}) <- {}",
-                pre.kind.to_ascii_lowercase(),
-                pre.splits.len(),
-                if pre.splits.len() == 1 { "" } else { "s" },
-                match pre.encoding {
-                    Encoding::ByteLevel => "byte-level",
-                    Encoding::Raw {
-                        escape_spaces: true,
-                    } => "raw UTF-8, spaces as U+2581",
-                    Encoding::Raw {
-                        escape_spaces: false,
-                    } => "raw UTF-8",
-                },
-                match named {
-                    Some(n) => format!("tokenizer.ggml.pre={n:?} (llama.cpp's table)"),
-                    None => "no tokenizer.ggml.pre: llama.cpp's default".to_string(),
-                }
-            ));
-            if pre.ignore_merges {
-                dec.push(format!(
-                    "ignore_merges=true <- llama.cpp for tokenizer.ggml.pre={pre_name:?}"
-                ));
-            }
+            record_pre_tokenizer(pre, pre_name, named, &mut dec);
             let mut t = bpe_tokenizer(&tokens, &types, &merges, pre);
             t["post_processor"] = post;
             t
         }
-        "llama" => {
-            let scores = floats(g.meta("tokenizer.ggml.scores"));
-            let merges = spm_merges(&tokens, &types, &scores);
-            let prefix = flag("tokenizer.ggml.add_space_prefix").unwrap_or(true);
-            dec.push(format!(
-                "add_dummy_prefix={prefix} <- {}",
-                if flag("tokenizer.ggml.add_space_prefix").is_some() {
-                    "tokenizer.ggml.add_space_prefix"
-                } else {
-                    "SentencePiece default"
-                }
-            ));
-            dec.push(format!(
-                "merges={} <- derived from the {} piece scores (SentencePiece BPE order)",
-                merges.len(),
-                tokens.len()
-            ));
-            let replace =
-                json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"});
-            let normalizer = if prefix {
-                json!({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u{2581}"}, replace]})
-            } else {
-                replace
-            };
-            let mut decoders = vec![
-                json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
-                json!({"type": "ByteFallback"}),
-                json!({"type": "Fuse"}),
-            ];
-            if prefix {
-                decoders.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
-            }
-            tokenizer_json(
-                &tokens,
-                &types,
-                normalizer,
-                Value::Null,
-                post,
-                json!({"type": "Sequence", "decoders": decoders}),
-                json!({
-                    "type": "BPE", "dropout": null, "unk_token": tok(unk), "continuing_subword_prefix": null,
-                    "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true,
-                    "ignore_merges": false, "vocab": vocab_map(&tokens), "merges": merges,
-                }),
-            )
-        }
+        "llama" => spm_tokenizer(g, &tokens, &types, tok(unk), post, &mut dec),
         other => {
             return Err(super::refuse(
                 path,
@@ -262,42 +194,12 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
             ));
         }
     };
-    // Chat template: the GGUF's own, else the family's standard one.
     let index: HashMap<&str, usize> = tokens
         .iter()
         .enumerate()
         .map(|(i, t)| (t.as_str(), i))
         .collect();
-    let own = g
-        .meta("tokenizer.chat_template")
-        .and_then(|v| v.as_str())
-        .map(str::to_string);
-    let (template, end_of_turn) = match (&own, arch) {
-        (Some(t), _) => {
-            dec.push("chat_template <- tokenizer.chat_template".into());
-            (t.clone(), None)
-        }
-        (None, "gemma3") => (GEMMA_TEMPLATE.to_string(), Some("<end_of_turn>")),
-        (None, "hunyuan-dense") => (HUNYUAN_TEMPLATE.to_string(), None),
-        (None, _) if index.contains_key("<|start_header_id|>") => {
-            (LLAMA3_TEMPLATE.to_string(), Some("<|eot_id|>"))
-        }
-        (None, _) => (CHATML_TEMPLATE.to_string(), Some("<|im_end|>")),
-    };
-    if own.is_none() {
-        dec.push(format!(
-            "chat_template={} <- the GGUF has none; the family's standard template (as llama.cpp's built-ins)",
-            if arch == "gemma3" {
-                "gemma"
-            } else if arch == "hunyuan-dense" {
-                "hunyuan"
-            } else if end_of_turn == Some("<|eot_id|>") {
-                "llama3"
-            } else {
-                "chatml"
-            }
-        ));
-    }
+    let (own, template, end_of_turn) = chat_template(g, arch, &index, &mut dec);
     let mut eos_ids: Vec<u64> = eos.into_iter().collect();
     let eot = id("tokenizer.ggml.eot_token_id")
         .or_else(|| end_of_turn.and_then(|t| index.get(t)).map(|&i| i as u64));
@@ -335,6 +237,139 @@ pub fn tokenizer_files(g: &GgufFile, arch: &str) -> Result<TokenizerOut> {
         template_file,
         decisions: dec,
     })
+}
+
+/// Records the BPE pre-tokenizer llama.cpp runs for this GGUF.
+fn record_pre_tokenizer(
+    pre: &PreTokenizer,
+    pre_name: &str,
+    named: Option<&str>,
+    dec: &mut Vec<String>,
+) {
+    dec.push(format!(
+        "pre_tokenizer={} ({} split{}, {}) <- {}",
+        pre.kind.to_ascii_lowercase(),
+        pre.splits.len(),
+        if pre.splits.len() == 1 { "" } else { "s" },
+        match pre.encoding {
+            Encoding::ByteLevel => "byte-level",
+            Encoding::Raw {
+                escape_spaces: true,
+            } => "raw UTF-8, spaces as U+2581",
+            Encoding::Raw {
+                escape_spaces: false,
+            } => "raw UTF-8",
+        },
+        match named {
+            Some(n) => format!("tokenizer.ggml.pre={n:?} (llama.cpp's table)"),
+            None => "no tokenizer.ggml.pre: llama.cpp's default".to_string(),
+        }
+    ));
+    if pre.ignore_merges {
+        dec.push(format!(
+            "ignore_merges=true <- llama.cpp for tokenizer.ggml.pre={pre_name:?}"
+        ));
+    }
+}
+
+/// `tokenizer.json` for a SentencePiece (`llama`) vocabulary: BPE with byte fallback, the merges
+/// derived from the piece scores, the dummy prefix as the GGUF says.
+fn spm_tokenizer(
+    g: &GgufFile,
+    tokens: &[String],
+    types: &[i64],
+    unk: Option<String>,
+    post: Value,
+    dec: &mut Vec<String>,
+) -> Value {
+    let flag = |k: &str| match g.meta(k) {
+        Some(MetaValue::Bool(b)) => Some(*b),
+        _ => None,
+    };
+    let scores = floats(g.meta("tokenizer.ggml.scores"));
+    let merges = spm_merges(tokens, types, &scores);
+    let prefix = flag("tokenizer.ggml.add_space_prefix").unwrap_or(true);
+    dec.push(format!(
+        "add_dummy_prefix={prefix} <- {}",
+        if flag("tokenizer.ggml.add_space_prefix").is_some() {
+            "tokenizer.ggml.add_space_prefix"
+        } else {
+            "SentencePiece default"
+        }
+    ));
+    dec.push(format!(
+        "merges={} <- derived from the {} piece scores (SentencePiece BPE order)",
+        merges.len(),
+        tokens.len()
+    ));
+    let replace = json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"});
+    let normalizer = if prefix {
+        json!({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u{2581}"}, replace]})
+    } else {
+        replace
+    };
+    let mut decoders = vec![
+        json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
+        json!({"type": "ByteFallback"}),
+        json!({"type": "Fuse"}),
+    ];
+    if prefix {
+        decoders.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
+    }
+    tokenizer_json(
+        tokens,
+        types,
+        normalizer,
+        Value::Null,
+        post,
+        json!({"type": "Sequence", "decoders": decoders}),
+        json!({
+            "type": "BPE", "dropout": null, "unk_token": unk, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true,
+            "ignore_merges": false, "vocab": vocab_map(tokens), "merges": merges,
+        }),
+    )
+}
+
+/// The chat template: the GGUF's own (returned as `own`), else the family's standard one with
+/// its end-of-turn token; returns (own, template, end of turn).
+fn chat_template(
+    g: &GgufFile,
+    arch: &str,
+    index: &HashMap<&str, usize>,
+    dec: &mut Vec<String>,
+) -> (Option<String>, String, Option<&'static str>) {
+    let own = g
+        .meta("tokenizer.chat_template")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    let (template, end_of_turn) = match (&own, arch) {
+        (Some(t), _) => {
+            dec.push("chat_template <- tokenizer.chat_template".into());
+            (t.clone(), None)
+        }
+        (None, "gemma3") => (GEMMA_TEMPLATE.to_string(), Some("<end_of_turn>")),
+        (None, "hunyuan-dense") => (HUNYUAN_TEMPLATE.to_string(), None),
+        (None, _) if index.contains_key("<|start_header_id|>") => {
+            (LLAMA3_TEMPLATE.to_string(), Some("<|eot_id|>"))
+        }
+        (None, _) => (CHATML_TEMPLATE.to_string(), Some("<|im_end|>")),
+    };
+    if own.is_none() {
+        dec.push(format!(
+            "chat_template={} <- the GGUF has none; the family's standard template (as llama.cpp's built-ins)",
+            if arch == "gemma3" {
+                "gemma"
+            } else if arch == "hunyuan-dense" {
+                "hunyuan"
+            } else if end_of_turn == Some("<|eot_id|>") {
+                "llama3"
+            } else {
+                "chatml"
+            }
+        ));
+    }
+    (own, template, end_of_turn)
 }
 
 /// `tokenizer.json` for a GGUF BPE (`gpt2`) vocabulary as llama.cpp runs it with `pre`: what

@@ -19,9 +19,9 @@ pub enum Act {
 pub enum QkNorm {
     /// No q/k norm.
     Off,
-    /// Qwen3, Gemma 3: per-head RMSNorm, then RoPE.
+    /// Per-head RMSNorm, then RoPE (Qwen3, Gemma 3, LFM2).
     BeforeRope,
-    /// Hunyuan: RoPE, then per-head RMSNorm.
+    /// RoPE, then per-head RMSNorm (Hunyuan, seed #2218).
     AfterRope,
 }
 

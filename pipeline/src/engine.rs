@@ -19,7 +19,7 @@ use crate::progress::{Event, Reporter};
 use crate::record::{StageEvent, Status, write_records};
 use crate::refs::{RefRecord, RefStage, read_ref, write_ref};
 use crate::stage::{InputSource, Stage, StageContext};
-use crate::store::{Freshness, Manifest, now_ms, now_ns};
+use crate::store::{EntryManifest, Freshness, now_ms, now_ns};
 use crate::tiered::Store;
 
 /// How to run a graph.
@@ -54,7 +54,7 @@ pub struct RunReport {
     /// One event per stage, in completion order.
     pub events: Vec<StageEvent>,
     /// The manifest of each stage's entry.
-    pub manifests: BTreeMap<String, Manifest>,
+    pub manifests: BTreeMap<String, EntryManifest>,
     /// Where each stage's outputs live in the store: stage → output → path.
     pub artifacts: BTreeMap<String, BTreeMap<String, PathBuf>>,
 }
@@ -136,7 +136,7 @@ impl std::fmt::Display for Reason {
 }
 
 struct NodeDone {
-    manifest: Manifest,
+    manifest: EntryManifest,
     event: StageEvent,
 }
 
@@ -170,106 +170,24 @@ pub fn run_graph(
         Some(name) => read_ref(store, name)?,
         None => None,
     };
-    let jobs = opts.jobs.max(1);
-    let n = graph.len();
-    let mut done: Vec<Option<NodeDone>> = (0..n).map(|_| None).collect();
-    let mut failed: Vec<Option<String>> = vec![None; n];
-    let mut started_nodes = vec![false; n];
-    let mut events = Vec::new();
-    let mut first_error: Option<Error> = None;
     let order: Vec<usize> = graph
         .order()
         .filter_map(|s| graph.index_of(s.name()))
         .collect();
-
-    std::thread::scope(|scope| {
-        let (tx, rx) = mpsc::channel::<(usize, Result<NodeDone>)>();
-        let mut running = 0usize;
-        loop {
-            for &i in &order {
-                if running >= jobs || first_error.is_some() {
-                    break;
-                }
-                if started_nodes[i] || !graph.parents(i).iter().all(|&p| done[p].is_some()) {
-                    continue;
-                }
-                started_nodes[i] = true;
-                let stage = graph.stage(i).clone();
-                let inputs = match resolve_inputs(store, stage.as_ref(), graph, &done) {
-                    Ok(x) => x,
-                    Err(e) => {
-                        failed[i] = Some(e.to_string());
-                        events.push(skipped_event(&run_id, opts, stage.as_ref(), &e.to_string()));
-                        first_error = Some(e);
-                        break;
-                    }
-                };
-                let prev = previous
-                    .as_ref()
-                    .and_then(|r| r.stage(stage.name()).cloned());
-                let tx = tx.clone();
-                let run_id = run_id.clone();
-                running += 1;
-                scope.spawn(move || {
-                    let r = execute(
-                        store,
-                        stage.as_ref(),
-                        inputs,
-                        prev.as_ref(),
-                        opts,
-                        &run_id,
-                        reporter,
-                    );
-                    let _ = tx.send((i, r));
-                });
-            }
-            if running == 0 {
-                break;
-            }
-            let Ok((i, result)) = rx.recv() else { break };
-            running -= 1;
-            match result {
-                Ok(node) => {
-                    reporter.event(&Event::StageFinished(node.event.clone()));
-                    events.push(node.event.clone());
-                    done[i] = Some(node);
-                }
-                Err(e) => {
-                    let stage = graph.stage(i);
-                    let mut ev = skipped_event(&run_id, opts, stage.as_ref(), &e.to_string());
-                    ev.status = Status::Failed;
-                    ev.reason = "the stage body failed".into();
-                    reporter.event(&Event::StageFinished(ev.clone()));
-                    events.push(ev);
-                    failed[i] = Some(e.to_string());
-                    if first_error.is_none() {
-                        first_error = Some(e);
-                    }
-                }
-            }
-        }
-    });
-
-    // Stages never started because an ancestor failed.
-    for &i in &order {
-        if done[i].is_none() && failed[i].is_none() {
-            let stage = graph.stage(i);
-            let upstream = order
-                .iter()
-                .copied()
-                .find(|&p| failed[p].is_some())
-                .map(|p| graph.stage(p).name().to_string())
-                .unwrap_or_default();
-            let msg = Error::UpstreamFailed {
-                stage: stage.name().to_string(),
-                upstream,
-            }
-            .to_string();
-            let ev = skipped_event(&run_id, opts, stage.as_ref(), &msg);
-            reporter.event(&Event::StageFinished(ev.clone()));
-            events.push(ev);
-        }
-    }
+    let Progress {
+        mut done,
+        events,
+        first_error,
+        ..
+    } = schedule(
+        store,
+        graph,
+        opts,
+        reporter,
+        &run_id,
+        previous.as_ref(),
+        &order,
+    );
 
     let hits = events.iter().filter(|e| e.status == Status::Hit).count();
     let misses = events.iter().filter(|e| e.status == Status::Miss).count();
@@ -294,10 +212,185 @@ pub fn run_graph(
     }
     records_result?;
 
+    let (manifests, artifacts, ref_stages) = collect(store, graph, &order, &mut done)?;
+    if let Some(name) = &opts.ref_name {
+        write_ref(
+            store,
+            &RefRecord {
+                name: name.clone(),
+                source: opts.source.clone(),
+                run_id: run_id.clone(),
+                updated_unix_ms: now_ms(),
+                stages: ref_stages,
+            },
+        )?;
+    }
+    Ok(RunReport {
+        run_id,
+        events,
+        manifests,
+        artifacts,
+    })
+}
+
+/// Where a run stands: each stage's result (done or failed), the events so far, and the first
+/// error.
+struct Progress {
+    done: Vec<Option<NodeDone>>,
+    failed: Vec<Option<String>>,
+    events: Vec<StageEvent>,
+    first_error: Option<Error>,
+}
+
+/// Runs the stages of `graph` in `order`, each once its parents are done, up to `opts.jobs` at
+/// once; after a failure nothing new starts, and the stages never started are recorded as
+/// skipped with the stage upstream that failed.
+fn schedule(
+    store: &Store,
+    graph: &Graph,
+    opts: &RunOptions,
+    reporter: &dyn Reporter,
+    run_id: &str,
+    previous: Option<&RefRecord>,
+    order: &[usize],
+) -> Progress {
+    let jobs = opts.jobs.max(1);
+    let n = graph.len();
+    let mut p = Progress {
+        done: (0..n).map(|_| None).collect(),
+        failed: vec![None; n],
+        events: Vec::new(),
+        first_error: None,
+    };
+    let mut started_nodes = vec![false; n];
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel::<(usize, Result<NodeDone>)>();
+        let mut running = 0usize;
+        loop {
+            for &i in order {
+                if running >= jobs || p.first_error.is_some() {
+                    break;
+                }
+                if started_nodes[i] || !graph.parents(i).iter().all(|&q| p.done[q].is_some()) {
+                    continue;
+                }
+                started_nodes[i] = true;
+                let stage = graph.stage(i).clone();
+                let inputs = match resolve_inputs(store, stage.as_ref(), graph, &p.done) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        p.failed[i] = Some(e.to_string());
+                        p.events
+                            .push(skipped_event(run_id, opts, stage.as_ref(), &e.to_string()));
+                        p.first_error = Some(e);
+                        break;
+                    }
+                };
+                let prev = previous.and_then(|r| r.stage(stage.name()).cloned());
+                let tx = tx.clone();
+                running += 1;
+                scope.spawn(move || {
+                    let r = execute(
+                        store,
+                        stage.as_ref(),
+                        inputs,
+                        prev.as_ref(),
+                        opts,
+                        run_id,
+                        reporter,
+                    );
+                    let _ = tx.send((i, r));
+                });
+            }
+            if running == 0 {
+                break;
+            }
+            let Ok((i, result)) = rx.recv() else { break };
+            running -= 1;
+            finished(&mut p, graph, i, result, run_id, opts, reporter);
+        }
+    });
+    skip_unstarted(&mut p, graph, order, run_id, opts, reporter);
+    p
+}
+
+/// Records stage `i`'s result.
+fn finished(
+    p: &mut Progress,
+    graph: &Graph,
+    i: usize,
+    result: Result<NodeDone>,
+    run_id: &str,
+    opts: &RunOptions,
+    reporter: &dyn Reporter,
+) {
+    match result {
+        Ok(node) => {
+            reporter.event(&Event::StageFinished(node.event.clone()));
+            p.events.push(node.event.clone());
+            p.done[i] = Some(node);
+        }
+        Err(e) => {
+            let stage = graph.stage(i);
+            let mut ev = skipped_event(run_id, opts, stage.as_ref(), &e.to_string());
+            ev.status = Status::Failed;
+            ev.reason = "the stage body failed".into();
+            reporter.event(&Event::StageFinished(ev.clone()));
+            p.events.push(ev);
+            p.failed[i] = Some(e.to_string());
+            if p.first_error.is_none() {
+                p.first_error = Some(e);
+            }
+        }
+    }
+}
+
+/// Stages never started because an ancestor failed, recorded as skipped.
+fn skip_unstarted(
+    p: &mut Progress,
+    graph: &Graph,
+    order: &[usize],
+    run_id: &str,
+    opts: &RunOptions,
+    reporter: &dyn Reporter,
+) {
+    for &i in order {
+        if p.done[i].is_none() && p.failed[i].is_none() {
+            let stage = graph.stage(i);
+            let upstream = order
+                .iter()
+                .copied()
+                .find(|&q| p.failed[q].is_some())
+                .map(|q| graph.stage(q).name().to_string())
+                .unwrap_or_default();
+            let msg = Error::UpstreamFailed {
+                stage: stage.name().to_string(),
+                upstream,
+            }
+            .to_string();
+            let ev = skipped_event(run_id, opts, stage.as_ref(), &msg);
+            reporter.event(&Event::StageFinished(ev.clone()));
+            p.events.push(ev);
+        }
+    }
+}
+
+/// Every stage's manifest, its outputs' paths, and its entry of the ref, by stage name.
+#[allow(clippy::type_complexity)]
+fn collect(
+    store: &Store,
+    graph: &Graph,
+    order: &[usize],
+    done: &mut [Option<NodeDone>],
+) -> Result<(
+    BTreeMap<String, EntryManifest>,
+    BTreeMap<String, BTreeMap<String, PathBuf>>,
+    Vec<RefStage>,
+)> {
     let mut manifests = BTreeMap::new();
     let mut artifacts = BTreeMap::new();
     let mut ref_stages = Vec::new();
-    for &i in &order {
+    for &i in order {
         let node = done[i]
             .take()
             .ok_or_else(|| Error::Internal("a stage neither finished nor failed".into()))?;
@@ -323,24 +416,7 @@ pub fn run_graph(
         artifacts.insert(name.clone(), paths);
         manifests.insert(name, m);
     }
-    if let Some(name) = &opts.ref_name {
-        write_ref(
-            store,
-            &RefRecord {
-                name: name.clone(),
-                source: opts.source.clone(),
-                run_id: run_id.clone(),
-                updated_unix_ms: now_ms(),
-                stages: ref_stages,
-            },
-        )?;
-    }
-    Ok(RunReport {
-        run_id,
-        events,
-        manifests,
-        artifacts,
-    })
+    Ok((manifests, artifacts, ref_stages))
 }
 
 type ResolvedInputs = BTreeMap<String, (Digest, PathBuf, u64)>;
@@ -403,7 +479,7 @@ fn execute(
         .collect();
     let bytes_in: u64 = inputs.values().map(|(_, _, b)| *b).sum();
     let key = stage_key(stage.name(), stage.version(), &params, &digests);
-    let event = |status: Status, reason: &Reason, manifest: &Manifest| StageEvent {
+    let event = |status: Status, reason: &Reason, manifest: &EntryManifest| StageEvent {
         run_id: run_id.to_string(),
         ref_name: opts.ref_name.clone(),
         stage: stage.name().to_string(),
@@ -455,48 +531,16 @@ fn execute(
         Freshness::Missing => miss_reason(stage, &params, &digests, &key, prev),
     };
     let _lease = match shared {
-        Some(sh) => {
-            if let Some(m) = sh.pull(store, &key)? {
-                let ev = event(Status::Hit, &Reason::Fetched, &m);
+        Some(sh) => match claim(sh, store, stage, &key, reporter)? {
+            Claim::Fetched(m, reason) => {
+                let ev = event(Status::Hit, &reason, &m);
                 return Ok(NodeDone {
                     manifest: m,
                     event: ev,
                 });
             }
-            let purpose = format!("stage {}", stage.name());
-            let on_wait = |b: &crate::shared::lease::LeaseBody| {
-                tracing::info!(stage = stage.name(), key = %key.short(), holder = %b.holder, "waiting for another machine running this stage");
-                reporter.event(&Event::StageWaiting {
-                    stage: stage.name().to_string(),
-                    key: key.to_hex(),
-                });
-            };
-            match crate::shared::lease::acquire(sh, &key.to_hex(), &purpose, on_wait, || {
-                sh.has(&key)
-            })? {
-                crate::shared::lease::Acquired::Held(l) => {
-                    // Published between the pull and the lease: fetch it rather than recompute.
-                    if let Some(m) = sh.pull(store, &key)? {
-                        let ev = event(Status::Hit, &Reason::FetchedAfterWait, &m);
-                        return Ok(NodeDone {
-                            manifest: m,
-                            event: ev,
-                        });
-                    }
-                    Some(l)
-                }
-                crate::shared::lease::Acquired::Done => {
-                    let m = sh.pull(store, &key)?.ok_or_else(|| {
-                        Error::Internal(format!("entry {} published, then gone", key.short()))
-                    })?;
-                    let ev = event(Status::Hit, &Reason::FetchedAfterWait, &m);
-                    return Ok(NodeDone {
-                        manifest: m,
-                        event: ev,
-                    });
-                }
-            }
-        }
+            Claim::Run(lease) => Some(lease),
+        },
         None => None,
     };
     reporter.event(&Event::StageStarted {
@@ -516,7 +560,83 @@ fn execute(
         reporter,
     };
     let body = Instant::now();
-    match catch_unwind(AssertUnwindSafe(|| stage.run(&mut ctx))) {
+    let outputs = run_body(stage, &mut ctx, &key, &staging.out_dir())?;
+    let manifest = EntryManifest {
+        format: crate::store::MANIFEST_FORMAT,
+        stage: stage.name().to_string(),
+        version: stage.version(),
+        params,
+        key,
+        inputs: digests,
+        outputs: BTreeMap::new(),
+        created_unix_ms: now_ms(),
+        duration_ms: body.elapsed().as_secs_f64() * 1e3,
+    };
+    let manifest = store.publish(staging, manifest, &outputs)?;
+    let manifest = match shared {
+        Some(sh) => sh.push(store, manifest)?,
+        None => manifest,
+    };
+    let ev = event(Status::Miss, &reason, &manifest);
+    Ok(NodeDone {
+        manifest,
+        event: ev,
+    })
+}
+
+/// What a shared store says of a stage's entry: published (fetched now, with how it was
+/// found), or ours to compute under the lease held.
+enum Claim {
+    Fetched(EntryManifest, Reason),
+    Run(crate::shared::lease::Lease),
+}
+
+/// Fetches `key`'s entry from the shared store when it is published; otherwise takes the lease
+/// on it (waiting for another machine computing it, then fetching what it published).
+fn claim(
+    sh: &std::sync::Arc<crate::shared::SharedStore>,
+    store: &Store,
+    stage: &dyn Stage,
+    key: &Digest,
+    reporter: &dyn Reporter,
+) -> Result<Claim> {
+    if let Some(m) = sh.pull(store, key)? {
+        return Ok(Claim::Fetched(m, Reason::Fetched));
+    }
+    let purpose = format!("stage {}", stage.name());
+    let on_wait = |b: &crate::shared::lease::LeaseBody| {
+        tracing::info!(stage = stage.name(), key = %key.short(), holder = %b.holder, "waiting for another machine running this stage");
+        reporter.event(&Event::StageWaiting {
+            stage: stage.name().to_string(),
+            key: key.to_hex(),
+        });
+    };
+    match crate::shared::lease::acquire(sh, &key.to_hex(), &purpose, on_wait, || sh.has(key))? {
+        crate::shared::lease::Acquired::Held(l) => {
+            // Published between the pull and the lease: fetch it rather than recompute.
+            match sh.pull(store, key)? {
+                Some(m) => Ok(Claim::Fetched(m, Reason::FetchedAfterWait)),
+                None => Ok(Claim::Run(l)),
+            }
+        }
+        crate::shared::lease::Acquired::Done => {
+            let m = sh.pull(store, key)?.ok_or_else(|| {
+                Error::Internal(format!("entry {} published, then gone", key.short()))
+            })?;
+            Ok(Claim::Fetched(m, Reason::FetchedAfterWait))
+        }
+    }
+}
+
+/// Runs the stage's body into its staging folder, a panic caught as the stage's failure; returns
+/// its outputs once each is there.
+fn run_body(
+    stage: &dyn Stage,
+    ctx: &mut StageContext<'_>,
+    key: &Digest,
+    out_dir: &std::path::Path,
+) -> Result<Vec<String>> {
+    match catch_unwind(AssertUnwindSafe(|| stage.run(ctx))) {
         Ok(Ok(())) => {}
         Ok(Err(source)) => {
             return Err(Error::StageFailed {
@@ -540,34 +660,14 @@ fn execute(
     }
     let outputs = stage.outputs();
     for o in &outputs {
-        if !staging.out_dir().join(o).exists() {
+        if !out_dir.join(o).exists() {
             return Err(Error::MissingOutput {
                 stage: stage.name().to_string(),
                 output: o.clone(),
             });
         }
     }
-    let manifest = Manifest {
-        format: crate::store::MANIFEST_FORMAT,
-        stage: stage.name().to_string(),
-        version: stage.version(),
-        params,
-        key,
-        inputs: digests,
-        outputs: BTreeMap::new(),
-        created_unix_ms: now_ms(),
-        duration_ms: body.elapsed().as_secs_f64() * 1e3,
-    };
-    let manifest = store.publish(staging, manifest, &outputs)?;
-    let manifest = match shared {
-        Some(sh) => sh.push(store, manifest)?,
-        None => manifest,
-    };
-    let ev = event(Status::Miss, &reason, &manifest);
-    Ok(NodeDone {
-        manifest,
-        event: ev,
-    })
+    Ok(outputs)
 }
 
 fn miss_reason(

@@ -68,7 +68,7 @@ impl ArtifactRecord {
 
 /// The manifest of a store entry: what was run, on what, and every file it wrote.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Manifest {
+pub struct EntryManifest {
     /// [`MANIFEST_FORMAT`].
     pub format: u32,
     /// The stage name.
@@ -89,7 +89,7 @@ pub struct Manifest {
     pub duration_ms: f64,
 }
 
-impl Manifest {
+impl EntryManifest {
     /// Total bytes of all outputs.
     pub fn bytes(&self) -> u64 {
         self.outputs.values().map(ArtifactRecord::bytes).sum()
@@ -100,7 +100,7 @@ impl Manifest {
 #[derive(Debug)]
 pub enum Freshness {
     /// A complete entry whose files match the manifest.
-    Fresh(Manifest),
+    Fresh(EntryManifest),
     /// No entry under this key.
     Missing,
     /// An entry whose files were changed, truncated or removed; it must not be served.
@@ -142,7 +142,7 @@ pub struct EntryInfo {
     /// Its directory.
     pub dir: PathBuf,
     /// Its manifest, if readable.
-    pub manifest: Option<Manifest>,
+    pub manifest: Option<EntryManifest>,
     /// Bytes on disk (all files, manifest included).
     pub bytes: u64,
     /// Number of files on disk.
@@ -240,7 +240,7 @@ impl LocalStore {
             }
             Err(e) => return Err(e.into()),
         };
-        let manifest: Manifest = match serde_json::from_slice(&text) {
+        let manifest: EntryManifest = match serde_json::from_slice(&text) {
             Ok(m) => m,
             Err(e) => {
                 return Ok(Freshness::Tampered {
@@ -315,9 +315,9 @@ impl LocalStore {
     pub fn publish(
         &self,
         staging: Staging,
-        manifest: Manifest,
+        manifest: EntryManifest,
         outputs: &[String],
-    ) -> Result<Manifest> {
+    ) -> Result<EntryManifest> {
         self.publish_known(staging, manifest, outputs, &BTreeMap::new())
     }
 
@@ -327,10 +327,10 @@ impl LocalStore {
     pub fn publish_known(
         &self,
         mut staging: Staging,
-        mut manifest: Manifest,
+        mut manifest: EntryManifest,
         outputs: &[String],
         known: &BTreeMap<String, (u64, Digest)>,
-    ) -> Result<Manifest> {
+    ) -> Result<EntryManifest> {
         let out = staging.out_dir();
         manifest.outputs.clear();
         for name in outputs {

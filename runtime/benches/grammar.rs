@@ -11,7 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use onebit_runtime::grammar::{Grammars, Spec, forbid_outside};
+use onebit_kernels::head::forbid_outside;
+use onebit_runtime::grammar::{Grammars, Spec};
 use onebit_runtime::text::Text;
 use serde_json::json;
 

@@ -16,10 +16,10 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use onebit_runtime::kernels::TileLayout;
-use onebit_runtime::pack::TensorEntry;
-use onebit_runtime::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable, ValueHeadOrder};
-use onebit_runtime::{Manifest, Model, Pack};
+use onebit_kernels::matmul::TileLayout;
+use onebit_pack::manifest::{Manifest, TensorEntry};
+use onebit_pack::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable, ValueHeadOrder};
+use onebit_runtime::{Model, Pack};
 
 mod common;
 

@@ -4,9 +4,10 @@
 //! Everything else in a layer (norms, RoPE, attention, gates) stays on the host either way.
 
 use crate::error::Result;
-use crate::kernels::{self, Path, QMatrix};
-use crate::ops;
-use crate::spec::Act;
+use onebit_kernels::KernelPath;
+use onebit_kernels::matmul::{self, QMatrix};
+use onebit_kernels::ops;
+use onebit_pack::spec::Act;
 
 /// Runs products of tiled matrices with a batch of activations.
 pub trait Backend: Send + Sync {
@@ -43,7 +44,7 @@ pub trait Backend: Send + Sync {
 #[derive(Clone, Copy, Debug)]
 pub struct Host {
     /// The kernel path.
-    pub path: Path,
+    pub path: KernelPath,
 }
 
 impl Backend for Host {
@@ -67,7 +68,7 @@ impl Backend for Host {
             .iter()
             .all(|m| m.k == first.k && m.layout.cols == first.layout.cols);
         if fusable {
-            kernels::matmul_many(self.path, mats, x, n, ys);
+            matmul::matmul_many(self.path, mats, x, n, ys);
         } else {
             for (m, y) in mats.iter().zip(ys.iter_mut()) {
                 m.matmul(self.path, x, n, y);
@@ -86,6 +87,6 @@ impl Backend for Host {
         h: &mut [f32],
     ) -> Result<bool> {
         let f = |g: &mut [f32], u: &[f32]| ops::gate_rows(act, g, u);
-        Ok(kernels::matmul_gated(self.path, gate, up, x, n, h, &f).is_some())
+        Ok(matmul::matmul_gated(self.path, gate, up, x, n, h, &f).is_some())
     }
 }

@@ -35,6 +35,10 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A prompt longer than the context it must fit (a server answers it with OpenAI's
+    /// `context_length_exceeded`).
+    #[error("prompt: {0}")]
+    ContextExceeded(ContextExceeded),
     /// The KV cache could not grow: its budget (or the machine) has no room for another block.
     #[error(
         "the KV cache has no room: a block of {need} bytes does not fit ({used} of {} bytes in use; \
@@ -66,8 +70,18 @@ pub enum Error {
     Npu(String),
 }
 
-impl From<crate::kv::OverBudget> for Error {
-    fn from(e: crate::kv::OverBudget) -> Error {
+/// A prompt of `tokens` tokens against a context of `capacity`: it must leave room for one more.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{tokens} prompt tokens do not fit the {capacity}-token context")]
+pub struct ContextExceeded {
+    /// The prompt's tokens.
+    pub tokens: usize,
+    /// The context, tokens.
+    pub capacity: usize,
+}
+
+impl From<onebit_kernels::kv::OverBudget> for Error {
+    fn from(e: onebit_kernels::kv::OverBudget) -> Error {
         Error::CacheMemory {
             need: e.need,
             used: e.used,

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::{ContextExceeded, Error, Result};
 use crate::grammar::Constraint;
 use crate::model::{Model, Session};
 use crate::sample::{Sampler, SamplerConfig};
@@ -44,6 +44,20 @@ pub struct Request {
 }
 
 impl Request {
+    /// A request that reads `prompt` and generates nothing (an embedding's): no tokens, the
+    /// default sampler, no stops, no grammar.
+    pub fn read_only(prompt: Prompt) -> Request {
+        Request {
+            prompt,
+            max_tokens: 0,
+            sampler: SamplerConfig::default(),
+            stop: Vec::new(),
+            constraint: None,
+            keep_special: false,
+            logprobs: None,
+        }
+    }
+
     /// How many of each row's best logits this request reads (see
     /// [`SamplerConfig::reads_top`]); 0 (all) when it reports log-probabilities.
     pub fn reads_top(&self) -> usize {
@@ -135,7 +149,7 @@ pub fn prompt_ids(model: &Model, text: &Text, p: &Prompt) -> Result<Vec<u32>> {
 
 /// Length of the longest suffix of `s` that is a proper prefix of some stop string (text that
 /// must be held back until we know it is not a stop).
-pub(crate) fn held_back<S: AsRef<str>>(s: &str, stops: &[S]) -> usize {
+pub fn held_back<S: AsRef<str>>(s: &str, stops: &[S]) -> usize {
     let mut best = 0;
     for st in stops {
         let st = st.as_ref();
@@ -349,15 +363,15 @@ impl Decoder {
     }
 }
 
-/// Tokenizes `req`'s prompt and checks it fits a `capacity`-token context with room for one
+/// Tokenizes `prompt` and checks it fits a `capacity`-token context with room for one
 /// generated token.
 pub fn checked_prompt(
     model: &Model,
     text: &Text,
-    req: &Request,
+    prompt: &Prompt,
     capacity: usize,
 ) -> Result<Vec<u32>> {
-    let ids = prompt_ids(model, text, &req.prompt)?;
+    let ids = prompt_ids(model, text, prompt)?;
     if ids.is_empty() {
         return Err(Error::Request {
             field: "prompt",
@@ -365,13 +379,10 @@ pub fn checked_prompt(
         });
     }
     if ids.len() >= capacity {
-        return Err(Error::Request {
-            field: "prompt",
-            reason: format!(
-                "{} prompt tokens do not fit the {capacity}-token context",
-                ids.len()
-            ),
-        });
+        return Err(Error::ContextExceeded(ContextExceeded {
+            tokens: ids.len(),
+            capacity,
+        }));
     }
     Ok(ids)
 }
@@ -385,7 +396,7 @@ pub fn generate(
     req: &Request,
     mut on_text: impl FnMut(&str) -> bool,
 ) -> Result<Generation> {
-    let ids = checked_prompt(model, text, req, session.capacity)?;
+    let ids = checked_prompt(model, text, &req.prompt, session.capacity)?;
     session.truncate(0);
     session.read_top(req.reads_top());
     let mut dec = Decoder::new(&ids, req);

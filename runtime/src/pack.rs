@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
-pub use onebit_pack::manifest::*;
+use onebit_pack::manifest::{FORMAT, Manifest, VERSION};
 
 use crate::error::{Error, Result, io_at};
 
@@ -90,7 +90,8 @@ impl Pack {
                 let file = fs_err::File::open(&spath)?;
                 // SAFETY: as for model.q4nx.
                 let map = unsafe { Mmap::map(&file) }.map_err(|e| io_at(e, "map file", &spath))?;
-                let want = crate::kernels::scan::matrix_bytes(h.rows as usize, h.k as usize);
+                let want =
+                    onebit_kernels::matmul::scan::matrix_bytes(h.rows as usize, h.k as usize);
                 if map.len() != want {
                     return Err(Error::Pack {
                         pack: dir.to_path_buf(),
@@ -207,9 +208,13 @@ impl Pack {
     }
 
     /// The scan head, when the pack has one.
-    pub fn head_scan(&self) -> Option<crate::kernels::scan::ScanMatrix<'_>> {
+    pub fn head_scan(&self) -> Option<onebit_kernels::matmul::scan::ScanMatrix<'_>> {
         let h = self.manifest.head_scan.as_ref()?;
-        crate::kernels::scan::ScanMatrix::new(h.rows as usize, h.k as usize, self.scan.as_deref()?)
+        onebit_kernels::matmul::scan::ScanMatrix::new(
+            h.rows as usize,
+            h.k as usize,
+            self.scan.as_deref()?,
+        )
     }
 
     /// The tokenizer file.

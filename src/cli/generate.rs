@@ -12,7 +12,7 @@ use onebit_runtime::sample::SamplerConfig;
 use onebit_runtime::text::{Message, Text};
 use onebit_runtime::{Model, Pack};
 
-use onebit_runtime::kv::CacheType;
+use onebit_kernels::kv::CacheType;
 
 use super::Global;
 use super::source::{ImportOptions, ImportSource};
@@ -75,7 +75,7 @@ impl PackSource {
             .map_err(|e| anyhow::Error::new(super::Refused(format!("--cache-type {e}"))))?;
         // A context the machine cannot hold fails by name when it fills, not by the kernel's
         // OOM killer (`serve` sets its own budget, --cache-budget).
-        if let Some(avail) = onebit_runtime::kv::available_memory() {
+        if let Some(avail) = onebit_kernels::kv::available_memory() {
             model.cache_memory().set_limit(avail / 10 * 9);
         }
         if let Some(k) = self.head_rescore {

@@ -192,7 +192,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 pub fn init_logging(g: &Global, server: bool) {
     let level = match (g.verbose, server) {
         (0, false) => "warn",
-        (0, true) => "warn,onebit::serve=info,onebit_runtime::server=info",
+        (0, true) => "warn,onebit::serve=info,onebit_serve=info",
         (1, _) => "info",
         _ => "debug",
     };

@@ -8,13 +8,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use onebit_runtime::device::{DeviceChoice, find_npus};
-use onebit_runtime::server::{DEFAULT_CTX, Engine, Limits, Options, Server};
+use onebit_serve::{DEFAULT_CTX, Engine, Limits, Options, Server};
 
 use super::Global;
 use super::generate::PackSource;
 
 /// Arguments of `serve`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// The pack.
     #[command(flatten)]
@@ -96,13 +96,76 @@ pub enum Reasoning {
 }
 
 fn cors_origin(s: &str) -> Result<String, String> {
-    onebit_runtime::server::check_origin(s).map(|()| s.to_string())
+    onebit_serve::check_origin(s).map(|()| s.to_string())
 }
 
-/// Runs the server until Ctrl-C; exit 1 when the pack is refused, 2 on other failures.
+/// Runs the server until Ctrl-C; exit 1 when the pack is refused, 2 on other failures. The
+/// steps: choose the device, bind, start the loader thread, serve until Ctrl-C or a failed load.
 pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
-    // Whether the model's products go to the NPU; `Some(true)` when that is required.
-    let npu: Option<bool> = match a.device {
+    let npu = device(a.device)?;
+    if a.parallel == 0 || a.batch == 0 {
+        return Err(anyhow::Error::new(super::Refused(
+            "--parallel and --batch must be at least 1".into(),
+        )));
+    }
+    if let Some(t) = a.threads {
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global();
+    }
+    let addr = SocketAddr::new(a.host, a.port);
+    let std_listener =
+        std::net::TcpListener::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
+    std_listener.set_nonblocking(true)?;
+    let bound = std_listener.local_addr()?;
+    if !a.host.is_loopback() && a.api_key.is_none() {
+        eprintln!(
+            "warning: serving on {bound} without --api-key: anyone who can reach this address can use the model"
+        );
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    let server = Server::new(options(g, &a));
+    eprintln!(
+        "listening on http://{bound} (OpenAI API under /v1; /health says when the model is ready)"
+    );
+    let loader = {
+        let (server, g, a) = (server.clone(), g.clone(), a.clone());
+        std::thread::spawn(move || load(&g, &a, npu, &server, fail_tx))
+    };
+    let result: anyhow::Result<()> = rt.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(std_listener)?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(onebit_serve::serve(listener, server, async move {
+            let _ = stop_rx.await;
+        }));
+        let outcome = tokio::select! {
+            _ = tokio::signal::ctrl_c() => Ok(()),
+            e = fail_rx => match e {
+                Ok(e) => Err(e),
+                // The loader finished without failing: wait for Ctrl-C.
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    Ok(())
+                }
+            },
+        };
+        let _ = stop_tx.send(());
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), serving).await;
+        outcome
+    });
+    drop(loader);
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// Whether the model's products go to the NPU (`--device`); `Some(true)` when that is required,
+/// `Some(false)` when it is tried with the host as the fallback.
+fn device(choice: DeviceChoice) -> anyhow::Result<Option<bool>> {
+    Ok(match choice {
         DeviceChoice::Host => None,
         DeviceChoice::Npu => {
             let npus = find_npus().map_err(|why| {
@@ -130,32 +193,11 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(_) => Some(false),
         },
-    };
-    if a.parallel == 0 || a.batch == 0 {
-        return Err(anyhow::Error::new(super::Refused(
-            "--parallel and --batch must be at least 1".into(),
-        )));
-    }
-    if let Some(t) = a.threads {
-        let _ = rayon::ThreadPoolBuilder::new()
-            .num_threads(t)
-            .build_global();
-    }
-    let addr = SocketAddr::new(a.host, a.port);
-    let std_listener =
-        std::net::TcpListener::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
-    std_listener.set_nonblocking(true)?;
-    let bound = std_listener.local_addr()?;
-    if !a.host.is_loopback() && a.api_key.is_none() {
-        eprintln!(
-            "warning: serving on {bound} without --api-key: anyone who can reach this address can use the model"
-        );
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    // ctx 0: decided from the model once it is loaded.
+    })
+}
+
+/// The server's options from the command line (`ctx` 0: decided from the model once loaded).
+fn options(g: &Global, a: &ServeArgs) -> Options {
     let limits = Limits {
         slots: a.parallel,
         queue: a.queue,
@@ -164,8 +206,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
         prefix_cache: !a.no_prefix_cache,
         cache_budget: a.cache_budget.map(|m| m.saturating_mul(1 << 20)),
     };
-    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
-    let server = Server::new(Options {
+    Options {
         // The id clients send: --alias, else the repository asked for, else the pack's source.
         alias: a.alias.clone().or_else(|| a.source.import.repo.clone()),
         api_key: a.api_key.clone(),
@@ -175,106 +216,81 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
         lenient: a.lenient,
         cors_origins: a.cors_origins.clone(),
         reasoning: match a.reasoning_format {
-            Reasoning::Deepseek => onebit_runtime::server::ReasoningFormat::Deepseek,
-            Reasoning::None => onebit_runtime::server::ReasoningFormat::None,
+            Reasoning::Deepseek => onebit_serve::ReasoningFormat::Deepseek,
+            Reasoning::None => onebit_serve::ReasoningFormat::None,
         },
         pooling: a.pooling,
         webui: !a.no_webui,
-    });
-    eprintln!(
-        "listening on http://{bound} (OpenAI API under /v1; /health says when the model is ready)"
-    );
-    let loader = {
-        let (server, g, source) = (server.clone(), g.clone(), a.source.clone());
-        let (kernel_dir, batch, asked_ctx) = (a.kernel_dir.clone(), a.batch, a.ctx_size);
-        std::thread::spawn(move || {
-            match source.load(&g).and_then(|(mut model, text)| {
-                let mut on = "the host CPU".to_string();
-                if let Some(required) = npu {
-                    match attach_npu(&mut model, kernel_dir.as_deref(), batch) {
-                        Ok(what) => on = what,
-                        Err(e) if required => return Err(e),
-                        Err(e) => {
-                            eprintln!("the NPU is not usable ({e:#}); serving on the host CPU")
-                        }
-                    }
-                }
-                Ok((model, text, on))
-            }) {
-                Ok((model, text, on)) => {
-                    let source = model.pack.manifest.provenance.source.clone();
-                    let context = model.spec.context;
-                    let (ty, memory) = (model.cache_type(), model.cache_memory().clone());
-                    // Bytes per sequence grow linearly with its context (KV rows; fixed state).
-                    let (fixed, per_token) = (
-                        model.session_bytes(0),
-                        model.session_bytes(1) - model.session_bytes(0),
-                    );
-                    match server.ready(Engine::new(model, text)) {
-                        Ok(l) => eprintln!(
-                            "ready: {source} on {on}; {} sequences × {} tokens of context ({}; \
-                             the model's context is {context}); KV cache {ty}: {} MiB now, {} MiB \
-                             at most so far, {} MiB with every sequence full{}",
-                            l.slots,
-                            l.ctx,
-                            if asked_ctx.is_some() {
-                                "--ctx-size".to_string()
-                            } else {
-                                format!("default: the model's context, at most {DEFAULT_CTX}")
-                            },
-                            memory.used() >> 20,
-                            memory.peak() >> 20,
-                            l.slots
-                                .saturating_mul(fixed + per_token.saturating_mul(l.ctx))
-                                >> 20,
-                            if memory.limit() == usize::MAX {
-                                String::new()
-                            } else {
-                                format!(" (budget {} MiB)", memory.limit() >> 20)
-                            },
-                        ),
-                        Err(why) => {
-                            let _ = fail_tx.send(anyhow::Error::new(super::Refused(format!(
-                                "cannot serve {source}: {why}"
-                            ))));
-                        }
-                    }
-                }
+    }
+}
+
+/// The loader thread: loads the pack (onto the NPU when `npu` says so), makes the server ready
+/// and prints the ready line; a failure goes to `server` (for `/health`) and to `fail`.
+fn load(
+    g: &Global,
+    a: &ServeArgs,
+    npu: Option<bool>,
+    server: &Server,
+    fail: tokio::sync::oneshot::Sender<anyhow::Error>,
+) {
+    let loaded = a.source.load(g).and_then(|(mut model, text)| {
+        let mut on = "the host CPU".to_string();
+        if let Some(required) = npu {
+            match attach_npu(&mut model, a.kernel_dir.as_deref(), a.batch) {
+                Ok(what) => on = what,
+                Err(e) if required => return Err(e),
                 Err(e) => {
-                    server.failed(format!("{e:#}"));
-                    let _ = fail_tx.send(e);
+                    eprintln!("the NPU is not usable ({e:#}); serving on the host CPU")
                 }
             }
-        })
-    };
-    let result: anyhow::Result<()> = rt.block_on(async move {
-        let listener = tokio::net::TcpListener::from_std(std_listener)?;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(onebit_runtime::server::serve(
-            listener,
-            server,
-            async move {
-                let _ = stop_rx.await;
-            },
-        ));
-        let outcome = tokio::select! {
-            _ = tokio::signal::ctrl_c() => Ok(()),
-            e = fail_rx => match e {
-                Ok(e) => Err(e),
-                // The loader finished without failing: wait for Ctrl-C.
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    Ok(())
-                }
-            },
-        };
-        let _ = stop_tx.send(());
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), serving).await;
-        outcome
+        }
+        Ok((model, text, on))
     });
-    drop(loader);
-    rt.shutdown_timeout(std::time::Duration::from_secs(1));
-    result.map(|()| ExitCode::SUCCESS)
+    let (model, text, on) = match loaded {
+        Ok(l) => l,
+        Err(e) => {
+            server.failed(format!("{e:#}"));
+            let _ = fail.send(e);
+            return;
+        }
+    };
+    let source = model.pack.manifest.provenance.source.clone();
+    let context = model.spec.context;
+    let (ty, memory) = (model.cache_type(), model.cache_memory().clone());
+    // Bytes per sequence grow linearly with its context (KV rows; fixed state).
+    let (fixed, per_token) = (
+        model.session_bytes(0),
+        model.session_bytes(1) - model.session_bytes(0),
+    );
+    match server.ready(Engine::new(model, text)) {
+        Ok(l) => eprintln!(
+            "ready: {source} on {on}; {} sequences × {} tokens of context ({}; \
+             the model's context is {context}); KV cache {ty}: {} MiB now, {} MiB \
+             at most so far, {} MiB with every sequence full{}",
+            l.slots,
+            l.ctx,
+            if a.ctx_size.is_some() {
+                "--ctx-size".to_string()
+            } else {
+                format!("default: the model's context, at most {DEFAULT_CTX}")
+            },
+            memory.used() >> 20,
+            memory.peak() >> 20,
+            l.slots
+                .saturating_mul(fixed + per_token.saturating_mul(l.ctx))
+                >> 20,
+            if memory.limit() == usize::MAX {
+                String::new()
+            } else {
+                format!(" (budget {} MiB)", memory.limit() >> 20)
+            },
+        ),
+        Err(why) => {
+            let _ = fail.send(anyhow::Error::new(super::Refused(format!(
+                "cannot serve {source}: {why}"
+            ))));
+        }
+    }
 }
 
 /// Puts the model's tiled products on the NPU: the kernel set of the pack (shapes at `batch`,
@@ -287,7 +303,7 @@ fn attach_npu(
     kernel_dir: Option<&std::path::Path>,
     batch: usize,
 ) -> anyhow::Result<String> {
-    use onebit_runtime::npu::backend::{NpuBackend, XrtEngine};
+    use onebit_runtime::npu::backend::{NpuBackend, XrtRunner};
     use onebit_stages::format::axlf;
     use onebit_stages::kernel_set::{match_artifacts, missing_refusal, shapes};
     let dir = kernel_dir.ok_or_else(|| {
@@ -316,7 +332,7 @@ fn attach_npu(
         .map(|x| &x.file)
         .find(|f| f.file_name().is_some_and(|n| n.to_string_lossy() == file))
         .ok_or_else(|| anyhow::anyhow!("{file} vanished from {}", dir.display()))?;
-    let engine = XrtEngine::open(xclbin)?;
+    let engine = XrtRunner::open(xclbin)?;
     model.set_backend(std::sync::Arc::new(NpuBackend::new(engine, batch)));
     Ok(format!("the NPU ({name}, {})", xclbin.display()))
 }
@@ -359,17 +375,14 @@ fn store_pack_name(g: &Global, source: &PackSource) -> Option<String> {
 }
 
 /// `/report/<model>`: the served pack's report, built from the store's catalog at each request.
-fn report_source(g: &Global, source: &PackSource) -> Option<onebit_runtime::server::ReportSource> {
+fn report_source(g: &Global, source: &PackSource) -> Option<onebit_serve::ReportSource> {
     let name = store_pack_name(g, source)?;
     let g = g.clone();
-    Some(onebit_runtime::server::ReportSource(std::sync::Arc::new(
-        move || {
-            let store = g.store().map_err(|e| format!("{e:#}"))?;
-            let catalog =
-                onebit_catalog::Catalog::open(&store, &super::versions::current_versions())
-                    .map_err(|e| e.to_string())?;
-            onebit_catalog::report::html(&catalog, &onebit_catalog::report::Options::new(&name))
-                .map_err(|e| e.to_string())
-        },
-    )))
+    Some(onebit_serve::ReportSource(std::sync::Arc::new(move || {
+        let store = g.store().map_err(|e| format!("{e:#}"))?;
+        let catalog = onebit_catalog::Catalog::open(&store, &super::versions::current_versions())
+            .map_err(|e| e.to_string())?;
+        onebit_catalog::report::html(&catalog, &onebit_catalog::report::Options::new(&name))
+            .map_err(|e| e.to_string())
+    })))
 }

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use onebit_pack::manifest::TensorEntry;
-use onebit_pack::spec::{self, Act, LayerSpec, Mixer, ModelSpec, RopeTable, ValueHeadOrder};
+use onebit_pack::spec::{Act, LayerSpec, Mixer, ModelSpec, RopeTable, ValueHeadOrder};
 
 use crate::error::{Error, Result};
 use crate::layout::geometry::ffn_pad_of;
 use crate::layout::{Layout, TensorLayout};
 use crate::semantics::rope::RopeScaling;
-use crate::semantics::{Activation, Family, LayerKind, QkNorm, Semantics};
+use crate::semantics::{Activation, Family, LayerKind, Semantics};
 
 /// Families the host forward pass runs.
 pub const HOST_FAMILIES: [Family; 7] = [
@@ -56,6 +56,83 @@ pub fn model_spec(
             ),
         ));
     }
+    refuse_unsupported(sem, file)?;
+    let (layers, ropes) = layer_specs(sem, file, &mut dec)?;
+    if sem.attn_output_gate {
+        dec.push(
+            "attn_output_gate=true <- semantics attn_output_gate (q_proj rows: all q, then all gates)"
+                .into(),
+        );
+    }
+    let sandwich = has("model.layers.0.pre_feedforward_layernorm.weight")
+        && has("model.layers.0.post_feedforward_layernorm.weight");
+    dec.push(format!(
+        "sandwich_norms={sandwich} <- pre/post_feedforward_layernorm {} in the pack",
+        if sandwich { "present" } else { "absent" }
+    ));
+    let (embed_scale, tied_div) = match (sem.embed_scale, sem.embed_prescaled) {
+        (Some(s), true) => (1.0, s as f32),
+        (Some(s), false) => (s as f32, 1.0),
+        (None, _) => (1.0, 1.0),
+    };
+    dec.push(format!(
+        "embed_scale={embed_scale} tied_head_divisor={tied_div} <- semantics embed_scale {:?}, prescaled {}",
+        sem.embed_scale, sem.embed_prescaled
+    ));
+    dec.push(format!(
+        "tied_head={} <- semantics tied (tie_word_embeddings and the tie test)",
+        sem.tied
+    ));
+    dec.push(format!(
+        "norm_add_one=false <- semantics norm_form {:?} (the pack's norm weights are used as stored)",
+        sem.norm_form
+    ));
+    // The family's FFN padding (q4nx-format §4): the pack's gate/up rows and down columns are the
+    // padded width, the padding zero, so the forward pass runs at that width with the same result.
+    let pad = ffn_pad_of(&sem.model_type);
+    let ffn = sem.intermediate.div_ceil(pad) * pad;
+    if ffn != sem.intermediate {
+        dec.push(format!(
+            "ffn={ffn} <- semantics intermediate {} padded to a multiple of {pad} (model_type {}, q4nx-format §4; the padding is zero)",
+            sem.intermediate, sem.model_type
+        ));
+    }
+    let spec = ModelSpec {
+        family: sem.model_type.clone(),
+        hidden: sem.hidden as usize,
+        heads: sem.heads as usize,
+        kv_heads: sem.kv_heads as usize,
+        head_dim: sem.head_dim as usize,
+        ffn: ffn as usize,
+        vocab: sem.vocab as usize,
+        eps: sem.eps as f32,
+        norm_add_one: false,
+        act: match sem.activation {
+            Activation::Silu => Act::Silu,
+            Activation::GeluTanh => Act::GeluTanh,
+        },
+        layers,
+        ropes,
+        qk_norm: sem.qk_norm,
+        sandwich_norms: sandwich,
+        attn_scale: sem.attn_scale as f32,
+        qkv_bias: sem.qkv_bias,
+        embed_scale,
+        tied_head_divisor: tied_div,
+        tied_head: sem.tied,
+        attn_output_gate: sem.attn_output_gate,
+        final_softcap: sem.final_softcap.map(|v| v as f32),
+        attn_softcap: sem.attn_softcap.map(|v| v as f32),
+        bos: sem.bos_id.map(|v| v as u32),
+        add_bos: sem.add_bos,
+        eos: sem.eos_ids.iter().map(|&v| v as u32).collect(),
+        context: sem.context.unwrap_or(4096) as usize,
+    };
+    Ok((spec, dec))
+}
+
+/// Refuses what the semantics hold and the host runtime does not implement.
+fn refuse_unsupported(sem: &Semantics, file: &Path) -> Result<()> {
     let unsupported = [
         (sem.moe.is_some(), "mixture-of-experts layers"),
         (sem.attn_sinks, "attention sinks"),
@@ -71,10 +148,21 @@ pub fn model_spec(
             ));
         }
     }
+    Ok(())
+}
+
+/// Each layer's mixer, window and RoPE table, and the tables (one per layer kind that uses
+/// RoPE; one empty table when none does, so index 0 stays valid); records each table and the
+/// layers of each non-attention mixer.
+fn layer_specs(
+    sem: &Semantics,
+    file: &Path,
+    dec: &mut Vec<String>,
+) -> Result<(Vec<LayerSpec>, Vec<RopeTable>)> {
     let mut ropes: Vec<RopeTable> = Vec::new();
     let mut rope_index: BTreeMap<String, usize> = BTreeMap::new();
     let mut layers = Vec::new();
-    let delta_net = delta_net_mixer(sem, file, &mut dec)?;
+    let delta_net = delta_net_mixer(sem, file, dec)?;
     for (i, kind) in sem.layer_kinds.iter().enumerate() {
         let window = match kind {
             LayerKind::FullAttention => None,
@@ -161,12 +249,6 @@ pub fn model_spec(
             linear.join(",")
         ));
     }
-    if sem.attn_output_gate {
-        dec.push(
-            "attn_output_gate=true <- semantics attn_output_gate (q_proj rows: all q, then all gates)"
-                .into(),
-        );
-    }
     if ropes.is_empty() {
         // Every layer a convolution: keep index 0 valid.
         ropes.push(RopeTable {
@@ -174,75 +256,7 @@ pub fn model_spec(
             attention_factor: 1.0,
         });
     }
-    let sandwich = has("model.layers.0.pre_feedforward_layernorm.weight")
-        && has("model.layers.0.post_feedforward_layernorm.weight");
-    dec.push(format!(
-        "sandwich_norms={sandwich} <- pre/post_feedforward_layernorm {} in the pack",
-        if sandwich { "present" } else { "absent" }
-    ));
-    let (embed_scale, tied_div) = match (sem.embed_scale, sem.embed_prescaled) {
-        (Some(s), true) => (1.0, s as f32),
-        (Some(s), false) => (s as f32, 1.0),
-        (None, _) => (1.0, 1.0),
-    };
-    dec.push(format!(
-        "embed_scale={embed_scale} tied_head_divisor={tied_div} <- semantics embed_scale {:?}, prescaled {}",
-        sem.embed_scale, sem.embed_prescaled
-    ));
-    dec.push(format!(
-        "tied_head={} <- semantics tied (tie_word_embeddings and the tie test)",
-        sem.tied
-    ));
-    dec.push(format!(
-        "norm_add_one=false <- semantics norm_form {:?} (the pack's norm weights are used as stored)",
-        sem.norm_form
-    ));
-    // The family's FFN padding (q4nx-format §4): the pack's gate/up rows and down columns are the
-    // padded width, the padding zero, so the forward pass runs at that width with the same result.
-    let pad = ffn_pad_of(&sem.model_type);
-    let ffn = sem.intermediate.div_ceil(pad) * pad;
-    if ffn != sem.intermediate {
-        dec.push(format!(
-            "ffn={ffn} <- semantics intermediate {} padded to a multiple of {pad} (model_type {}, q4nx-format §4; the padding is zero)",
-            sem.intermediate, sem.model_type
-        ));
-    }
-    let spec = ModelSpec {
-        family: sem.model_type.clone(),
-        hidden: sem.hidden as usize,
-        heads: sem.heads as usize,
-        kv_heads: sem.kv_heads as usize,
-        head_dim: sem.head_dim as usize,
-        ffn: ffn as usize,
-        vocab: sem.vocab as usize,
-        eps: sem.eps as f32,
-        norm_add_one: false,
-        act: match sem.activation {
-            Activation::Silu => Act::Silu,
-            Activation::GeluTanh => Act::GeluTanh,
-        },
-        layers,
-        ropes,
-        qk_norm: match sem.qk_norm {
-            QkNorm::Off => spec::QkNorm::Off,
-            QkNorm::BeforeRope => spec::QkNorm::BeforeRope,
-            QkNorm::AfterRope => spec::QkNorm::AfterRope,
-        },
-        sandwich_norms: sandwich,
-        attn_scale: sem.attn_scale as f32,
-        qkv_bias: sem.qkv_bias,
-        embed_scale,
-        tied_head_divisor: tied_div,
-        tied_head: sem.tied,
-        attn_output_gate: sem.attn_output_gate,
-        final_softcap: sem.final_softcap.map(|v| v as f32),
-        attn_softcap: sem.attn_softcap.map(|v| v as f32),
-        bos: sem.bos_id.map(|v| v as u32),
-        add_bos: sem.add_bos,
-        eos: sem.eos_ids.iter().map(|&v| v as u32).collect(),
-        context: sem.context.unwrap_or(4096) as usize,
-    };
-    Ok((spec, dec))
+    Ok((layers, ropes))
 }
 
 /// The gated-DeltaNet mixer of a model with linear dims, its value-head order decided (and

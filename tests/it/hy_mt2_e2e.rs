@@ -91,53 +91,8 @@ fn hy_mt2_is_fetched_verified_and_answers_a_translation_through_the_openai_clien
     assert!(kinds.contains("Q40_4608"), "{kinds}");
     assert!(!kinds.contains("Q41"), "{kinds}");
 
-    // eval on the oracle's ids: perplexity of the scored positions (llama.cpp chunking scores the
-    // second half) within 1 % of the oracle's, argmax equal wherever the oracle's margin is clear.
     let reference = oracle_reference(CASE);
-    let ids_json = reference["ids"].to_string();
-    let out = onebit(&home, &hf)
-        .args([
-            "-q",
-            "--json",
-            "eval",
-            "--repo",
-            REPO,
-            "--endpoint",
-            &server.url,
-        ])
-        .args(["--ids", &ids_json, "--reference"])
-        .arg(&gguf)
-        .run_ok();
-    let eval: Value = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v.get("perplexity").is_some())
-        .expect("eval result");
-    let logits = oracle_logits(&reference, "q4_0");
-    let ids = oracle_ids(&reference);
-    let scored = eval["scored"].as_u64().expect("scored") as usize;
-    let n = ids.len() - 1;
-    let nll: f64 = (n - scored..n)
-        .map(|i| {
-            let row: Vec<f64> = logits[i].iter().map(|&x| f64::from(x)).collect();
-            let max = row.iter().copied().fold(f64::MIN, f64::max);
-            let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
-            lse - row[ids[i + 1] as usize]
-        })
-        .sum::<f64>()
-        / scored as f64;
-    let (ours, theirs) = (eval["perplexity"].as_f64().expect("ppl"), nll.exp());
-    eprintln!("eval: perplexity {ours:.3} vs oracle {theirs:.3} over {scored} positions");
-    assert!((ours / theirs - 1.0).abs() < 0.01, "{ours} vs {theirs}");
-    let argmax = eval["argmax"].as_array().expect("argmax");
-    for (i, row) in logits.iter().take(argmax.len()).enumerate() {
-        let mut sorted = row.clone();
-        sorted.sort_by(|a, b| b.total_cmp(a));
-        let top = row.iter().position(|&x| x == sorted[0]).expect("top");
-        if sorted[0] - sorted[1] > 0.05 {
-            assert_eq!(argmax[i].as_u64(), Some(top as u64), "position {i}");
-        }
-    }
+    check_eval(&home, &hf, &server.url, &gguf, &reference);
 
     let mut cmd = onebit(&home, &hf);
     cmd.args([
@@ -205,4 +160,45 @@ fn hy_mt2_is_fetched_verified_and_answers_a_translation_through_the_openai_clien
         "{got}"
     );
     assert_eq!(got["content"], want["text"], "{got}");
+}
+
+/// `eval` on the oracle's ids: perplexity of the scored positions (llama.cpp chunking scores the
+/// second half) within 1 % of the oracle's, argmax equal wherever the oracle's margin is clear.
+fn check_eval(home: &Path, hf: &Path, url: &str, gguf: &Path, reference: &Value) {
+    let ids_json = reference["ids"].to_string();
+    let out = onebit(home, hf)
+        .args(["-q", "--json", "eval", "--repo", REPO, "--endpoint", url])
+        .args(["--ids", &ids_json, "--reference"])
+        .arg(gguf)
+        .run_ok();
+    let eval: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v.get("perplexity").is_some())
+        .expect("eval result");
+    let logits = oracle_logits(reference, "q4_0");
+    let ids = oracle_ids(reference);
+    let scored = eval["scored"].as_u64().expect("scored") as usize;
+    let n = ids.len() - 1;
+    let nll: f64 = (n - scored..n)
+        .map(|i| {
+            let row: Vec<f64> = logits[i].iter().map(|&x| f64::from(x)).collect();
+            let max = row.iter().copied().fold(f64::MIN, f64::max);
+            let lse = max + row.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+            lse - row[ids[i + 1] as usize]
+        })
+        .sum::<f64>()
+        / scored as f64;
+    let (ours, theirs) = (eval["perplexity"].as_f64().expect("ppl"), nll.exp());
+    eprintln!("eval: perplexity {ours:.3} vs oracle {theirs:.3} over {scored} positions");
+    assert!((ours / theirs - 1.0).abs() < 0.01, "{ours} vs {theirs}");
+    let argmax = eval["argmax"].as_array().expect("argmax");
+    for (i, row) in logits.iter().take(argmax.len()).enumerate() {
+        let mut sorted = row.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        let top = row.iter().position(|&x| x == sorted[0]).expect("top");
+        if sorted[0] - sorted[1] > 0.05 {
+            assert_eq!(argmax[i].as_u64(), Some(top as u64), "position {i}");
+        }
+    }
 }

@@ -12,8 +12,8 @@ use std::path::Path;
 use crate::support;
 
 use onebit_convert::{ConvertOptions, TileChoice};
+use onebit_kernels::kv::CacheType;
 use onebit_pipeline::{NullReporter, RunOptions, Store, run_graph};
-use onebit_runtime::kv::CacheType;
 use onebit_runtime::{Model, Pack};
 use onebit_stages::{ImportSource, import_graph};
 use serde_json::Value;

@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use crate::digest::Digest;
 use crate::error::{Error, Result};
 use crate::ref_record::RefRecord;
-use crate::store::{LocalStore, Manifest, STORE_FORMAT_DIR, now_ns};
+use crate::store::{EntryManifest, LocalStore, STORE_FORMAT_DIR, now_ns};
 
 /// The contents of the `FORMAT` object.
 const FORMAT_TEXT: &str = "onebit-pipe store-v1\n";
@@ -65,7 +65,7 @@ pub struct SharedManifest {
     /// Who published it (`host:pid`).
     pub publisher: String,
     /// The entry's manifest, as the local store writes it.
-    pub manifest: Manifest,
+    pub manifest: EntryManifest,
 }
 
 /// One shared store: an S3 bucket and prefix, with the runtime its async client runs on.
@@ -481,7 +481,7 @@ impl SharedStore {
 
     /// Fetches entry `key` into the local store, verifying every file's size and blake3 against
     /// the shared manifest; `None` if it is not published.
-    pub fn pull(&self, store: &LocalStore, key: &Digest) -> Result<Option<Manifest>> {
+    pub fn pull(&self, store: &LocalStore, key: &Digest) -> Result<Option<EntryManifest>> {
         let Some(shared) = self.manifest(key)? else {
             return Ok(None);
         };
@@ -692,7 +692,7 @@ impl SharedStore {
     /// manifest, created only if absent. When another importer published the key first, its entry
     /// wins: identical artifacts are kept as they are, different ones replace the local entry (so
     /// that every machine's downstream keys agree). Returns the manifest now in force.
-    pub fn push(&self, store: &LocalStore, manifest: Manifest) -> Result<Manifest> {
+    pub fn push(&self, store: &LocalStore, manifest: EntryManifest) -> Result<EntryManifest> {
         let key = manifest.key;
         let upload = Digest::of_bytes(format!("{}:{}", self.holder, now_ns()).as_bytes()).short();
         for art in manifest.outputs.values() {

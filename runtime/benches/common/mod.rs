@@ -2,7 +2,7 @@
 
 /// `rows × k` of random codes in `layout`'s tiles, with bf16 scales of 2^-7 (and zero-points of
 /// −2^-6) so that products stay finite.
-pub fn random_tiles(layout: onebit_runtime::kernels::TileLayout, rows: usize, k: usize) -> Vec<u8> {
+pub fn random_tiles(layout: onebit_kernels::matmul::TileLayout, rows: usize, k: usize) -> Vec<u8> {
     let n = rows.div_ceil(layout.rows) * k.div_ceil(layout.cols) * layout.bytes;
     let mut s = 0x2545_F491_4F6C_DD1Du64;
     let mut v = vec![0u8; n];

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 use crate::text::Text;
+use onebit_kernels::head::forbid_outside;
 
 /// What a constrained answer must be.
 #[derive(Clone, Debug, PartialEq)]
@@ -129,26 +130,6 @@ impl Grammars {
             allowed: None,
             eos: self.eos.clone(),
         })
-    }
-}
-
-/// Sets `row[i]` to −∞ wherever bit `i` of `allowed` (32 tokens a word) is clear; rows past the
-/// bits are forbidden too.
-pub fn forbid_outside(allowed: &[u32], row: &mut [f32]) {
-    // Whole words first: a grammar allows either most tokens (inside a string) or a few (between
-    // values), so nearly every word is all ones or all zeros, and those are a skip or a fill.
-    for (w, chunk) in row.chunks_mut(32).enumerate() {
-        match allowed.get(w).copied().unwrap_or(0) {
-            u32::MAX => {}
-            0 => chunk.fill(f32::NEG_INFINITY),
-            bits => {
-                for (b, l) in chunk.iter_mut().enumerate() {
-                    if bits >> b & 1 == 0 {
-                        *l = f32::NEG_INFINITY;
-                    }
-                }
-            }
-        }
     }
 }
 

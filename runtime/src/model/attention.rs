@@ -8,11 +8,11 @@ use rayon::prelude::*;
 use super::mixer::{Mixing, Pass};
 use super::weight::{Binder, Weight};
 use super::{Model, PARALLEL_ROWS};
-use crate::attend;
 use crate::error::Result;
-use crate::kv::{LayerCache, ReadRows, Row};
-use crate::ops;
-use crate::spec::{ModelSpec, QkNorm};
+use onebit_kernels::attend;
+use onebit_kernels::kv::{LayerCache, ReadRows, Row};
+use onebit_kernels::ops;
+use onebit_pack::spec::{ModelSpec, QkNorm};
 
 /// The attention weights of one layer.
 pub(super) struct Attention {
@@ -130,40 +130,21 @@ impl Block<'_, '_> {
     }
 }
 
-impl Mixing for Attention {
-    fn forward(
+impl Attention {
+    /// q, k and v of every row (with their biases) and, with a gated output, the gates: q_proj's
+    /// rows are all q, then all gates (the pack's stacked order).
+    #[allow(clippy::type_complexity)]
+    fn project(
         &self,
         m: &Model,
-        li: usize,
         hbuf: &[f32],
-        pass: &mut Pass<'_, '_>,
-        out: &mut [f32],
-    ) -> Result<()> {
+        n: usize,
+    ) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>)> {
         let sp = &m.spec;
-        let ls = &sp.layers[li];
-        let n = pass.rows();
-        let (d, nh, nkv) = (sp.head_dim, sp.heads, sp.kv_heads);
         let (qr, kvr) = (sp.q_rows(), sp.kv_rows());
-        let rope = &sp.ropes[ls.rope];
-        let lname = |s: &str| format!("model.layers.{li}.self_attn.{s}");
-        let rec = m.recording();
-        if rec {
-            m.record(
-                &[
-                    lname("q_proj.weight"),
-                    lname("k_proj.weight"),
-                    lname("v_proj.weight"),
-                ],
-                hbuf,
-                n,
-            );
-        }
         let (mut q, mut k, mut v) = (vec![0f32; n * qr], vec![0f32; n * kvr], vec![0f32; n * kvr]);
-        let mut att = vec![0f32; n * qr];
         let mut gate = Vec::new();
-        let seq_pos = &pass.seq_pos;
         if sp.attn_output_gate {
-            // q_proj's rows are all q, then all gates (the pack's stacked order).
             let mut qg = vec![0f32; n * 2 * qr];
             m.matmul_many(
                 &[&self.q, &self.k, &self.v],
@@ -201,15 +182,31 @@ impl Mixing for Attention {
                 }
             }
         }
+        Ok((q, k, v, gate))
+    }
+
+    /// RoPE on the rows' queries and keys, with their q/k norms before or after it.
+    fn position(
+        &self,
+        sp: &ModelSpec,
+        li: usize,
+        pass: &mut Pass<'_, '_>,
+        q: &mut [f32],
+        k: &mut [f32],
+    ) {
+        let ls = &sp.layers[li];
+        let (d, qr, kvr) = (sp.head_dim, sp.q_rows(), sp.kv_rows());
+        let rope = &sp.ropes[ls.rope];
         let norm_heads = |buf: &mut [f32], w: &Option<Vec<f32>>| {
             if let Some(w) = w {
                 ops::rmsnorm_inplace(buf, w, sp.eps);
             }
         };
         if sp.qk_norm == QkNorm::BeforeRope {
-            norm_heads(&mut q, &self.q_norm);
-            norm_heads(&mut k, &self.k_norm);
+            norm_heads(q, &self.q_norm);
+            norm_heads(k, &self.k_norm);
         }
+        let seq_pos = &pass.seq_pos;
         let angles = pass.angles[ls.rope].get_or_insert_with(|| {
             seq_pos
                 .iter()
@@ -221,7 +218,7 @@ impl Mixing for Attention {
                 a.rotate(head);
             }
         };
-        if n >= PARALLEL_ROWS {
+        if seq_pos.len() >= PARALLEL_ROWS {
             q.par_chunks_exact_mut(qr)
                 .zip(k.par_chunks_exact_mut(kvr))
                 .zip(angles.par_iter())
@@ -233,83 +230,136 @@ impl Mixing for Attention {
                 .for_each(rotate);
         }
         if sp.qk_norm == QkNorm::AfterRope {
-            norm_heads(&mut q, &self.q_norm);
-            norm_heads(&mut k, &self.k_norm);
+            norm_heads(q, &self.q_norm);
+            norm_heads(k, &self.k_norm);
         }
-        for (t, &(i, p)) in seq_pos.iter().enumerate() {
+    }
+}
+
+/// Runs, rows by rows, of consecutive positions of one sequence, at most `rows` long: the row
+/// blocks of the attention tasks.
+fn row_blocks(seq_pos: &[(usize, usize)], rows: usize) -> Vec<(usize, usize)> {
+    let mut blocks: Vec<(usize, usize)> = Vec::new();
+    for t in 0..seq_pos.len() {
+        match blocks.last_mut() {
+            Some((t0, t1))
+                if *t1 == t
+                    && t - *t0 < rows
+                    && seq_pos[t].0 == seq_pos[t - 1].0
+                    && seq_pos[t].1 == seq_pos[t - 1].1 + 1 =>
+            {
+                *t1 = t + 1
+            }
+            _ => blocks.push((t, t + 1)),
+        }
+    }
+    blocks
+}
+
+/// Causal attention of every row's queries `q` over its sequence's cache of layer `li`, into
+/// `att` (rows × heads × head_dim).
+///
+/// Tasks: up to `rows` consecutive rows of one sequence × one KV head × some heads of its
+/// group, KV head by KV head. The keys and values of the block are read once for all its query
+/// vectors ([`Block`]): about 64 of them, so 16 rows of a group of 4 heads and 32 of a group of
+/// 2; with fewer tasks than threads (decode of one sequence) the group's heads split across
+/// tasks. A query's arithmetic is the same in any task shape.
+fn attend_rows(
+    sp: &ModelSpec,
+    li: usize,
+    seq_pos: &[(usize, usize)],
+    caches: &[&LayerCache],
+    q: &[f32],
+    att: &mut [f32],
+) {
+    let ls = &sp.layers[li];
+    let (d, nh, nkv, qr) = (sp.head_dim, sp.heads, sp.kv_heads, sp.q_rows());
+    let group = (nh / nkv.max(1)).max(1);
+    // At long contexts fewer rows, so that a task's scores stay within SCORE_FLOATS.
+    let span = seq_pos.iter().map(|&(_, p)| p + 1).max().unwrap_or(1);
+    let span = ls.window.map_or(span, |w| span.min(w + TASK_QUERIES));
+    let rows = (TASK_QUERIES / group)
+        .min(SCORE_FLOATS / (group * span))
+        .clamp(4, TASK_QUERIES);
+    let blocks = row_blocks(seq_pos, rows);
+    let base = blocks.len() * nkv.max(1);
+    let split = rayon::current_num_threads().div_ceil(base).clamp(1, group);
+    let per_task = group.div_ceil(split);
+    let mut slots: Vec<Option<&mut [f32]>> = att.chunks_mut(d).map(Some).collect();
+    let mut tasks = Vec::new();
+    for kvh in 0..nkv.max(1) {
+        for &(t0, t1) in &blocks {
+            for h_lo in (kvh * group..(kvh + 1) * group).step_by(per_task) {
+                let h_hi = (h_lo + per_task).min((kvh + 1) * group);
+                let outs: Vec<&mut [f32]> = (t0..t1)
+                    .flat_map(|t| (h_lo..h_hi).map(move |h| t * nh + h))
+                    .filter_map(|at| slots[at].take())
+                    .collect();
+                tasks.push((t0, t1, kvh, h_lo, h_hi, outs));
+            }
+        }
+    }
+    tasks
+        .into_par_iter()
+        .for_each(|(t0, t1, kvh, h_lo, h_hi, mut outs)| {
+            let (i, _) = seq_pos[t0];
+            let mut queries: Vec<&[f32]> = Vec::new();
+            let mut ranges: Vec<(usize, usize)> = Vec::new();
+            for (t, &(_, p)) in seq_pos.iter().enumerate().take(t1).skip(t0) {
+                let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
+                for hh in h_lo..h_hi {
+                    queries.push(&q[t * qr + hh * d..][..d]);
+                    ranges.push((lo, p));
+                }
+            }
+            let first = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+            let last = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+            let block = Block {
+                queries: &queries,
+                ranges: &ranges,
+                first,
+                scale: sp.attn_scale,
+                softcap: sp.attn_softcap,
+                outs: &mut outs,
+            };
+            caches[i].read(first, last, kvh * d, d, block);
+        });
+}
+
+impl Mixing for Attention {
+    fn forward(
+        &self,
+        m: &Model,
+        li: usize,
+        hbuf: &[f32],
+        pass: &mut Pass<'_, '_>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let sp = &m.spec;
+        let n = pass.rows();
+        let (qr, kvr) = (sp.q_rows(), sp.kv_rows());
+        let lname = |s: &str| format!("model.layers.{li}.self_attn.{s}");
+        let rec = m.recording();
+        if rec {
+            m.record(
+                &[
+                    lname("q_proj.weight"),
+                    lname("k_proj.weight"),
+                    lname("v_proj.weight"),
+                ],
+                hbuf,
+                n,
+            );
+        }
+        let (mut q, mut k, v, gate) = self.project(m, hbuf, n)?;
+        self.position(sp, li, pass, &mut q, &mut k);
+        for (t, &(i, p)) in pass.seq_pos.iter().enumerate() {
             let s = &mut pass.sessions[i];
             s.kv[li].write(p, &k[t * kvr..(t + 1) * kvr], &v[t * kvr..(t + 1) * kvr]);
         }
         let caches: Vec<&LayerCache> = pass.sessions.iter().map(|s| &s.kv[li]).collect();
-        let q = &q[..];
-        // Tasks: up to `rows` consecutive rows of one sequence × one KV head × some heads of its
-        // group, KV head by KV head. The keys and values of the block are read once for all its
-        // query vectors (`attend`): about 64 of them, so 16 rows of a group of 4 heads and 32 of
-        // a group of 2; with fewer tasks than threads (decode of one sequence) the group's heads
-        // split across tasks. A query's arithmetic is the same in any task shape.
-        let group = (nh / nkv.max(1)).max(1);
-        // At long contexts fewer rows, so that a task's scores stay within SCORE_FLOATS.
-        let span = seq_pos.iter().map(|&(_, p)| p + 1).max().unwrap_or(1);
-        let span = ls.window.map_or(span, |w| span.min(w + TASK_QUERIES));
-        let rows = (TASK_QUERIES / group)
-            .min(SCORE_FLOATS / (group * span))
-            .clamp(4, TASK_QUERIES);
-        let mut blocks: Vec<(usize, usize)> = Vec::new();
-        for t in 0..n {
-            match blocks.last_mut() {
-                Some((t0, t1))
-                    if *t1 == t
-                        && t - *t0 < rows
-                        && seq_pos[t].0 == seq_pos[t - 1].0
-                        && seq_pos[t].1 == seq_pos[t - 1].1 + 1 =>
-                {
-                    *t1 = t + 1
-                }
-                _ => blocks.push((t, t + 1)),
-            }
-        }
-        let base = blocks.len() * nkv.max(1);
-        let split = rayon::current_num_threads().div_ceil(base).clamp(1, group);
-        let per_task = group.div_ceil(split);
-        let mut slots: Vec<Option<&mut [f32]>> = att.chunks_mut(d).map(Some).collect();
-        let mut tasks = Vec::new();
-        for kvh in 0..nkv.max(1) {
-            for &(t0, t1) in &blocks {
-                for h_lo in (kvh * group..(kvh + 1) * group).step_by(per_task) {
-                    let h_hi = (h_lo + per_task).min((kvh + 1) * group);
-                    let outs: Vec<&mut [f32]> = (t0..t1)
-                        .flat_map(|t| (h_lo..h_hi).map(move |h| t * nh + h))
-                        .filter_map(|at| slots[at].take())
-                        .collect();
-                    tasks.push((t0, t1, kvh, h_lo, h_hi, outs));
-                }
-            }
-        }
-        tasks
-            .into_par_iter()
-            .for_each(|(t0, t1, kvh, h_lo, h_hi, mut outs)| {
-                let (i, _) = seq_pos[t0];
-                let mut queries: Vec<&[f32]> = Vec::new();
-                let mut ranges: Vec<(usize, usize)> = Vec::new();
-                for (t, &(_, p)) in seq_pos.iter().enumerate().take(t1).skip(t0) {
-                    let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
-                    for hh in h_lo..h_hi {
-                        queries.push(&q[t * qr + hh * d..][..d]);
-                        ranges.push((lo, p));
-                    }
-                }
-                let first = ranges.iter().map(|r| r.0).min().unwrap_or(0);
-                let last = ranges.iter().map(|r| r.1).max().unwrap_or(0);
-                let block = Block {
-                    queries: &queries,
-                    ranges: &ranges,
-                    first,
-                    scale: sp.attn_scale,
-                    softcap: sp.attn_softcap,
-                    outs: &mut outs,
-                };
-                caches[i].read(first, last, kvh * d, d, block);
-            });
+        let mut att = vec![0f32; n * qr];
+        attend_rows(sp, li, &pass.seq_pos, &caches, &q, &mut att);
         if sp.attn_output_gate {
             for (a, &g) in att.iter_mut().zip(gate.iter()) {
                 *a *= ops::sigmoid(g);

@@ -1,4 +1,4 @@
-//! Qwen3.5's gated DeltaNet ([`crate::spec::Mixer::GatedDeltaNet`]): q, k, v through a causal
+//! Qwen3.5's gated DeltaNet ([`onebit_pack::spec::Mixer::GatedDeltaNet`]): q, k, v through a causal
 //! convolution and SiLU, L2-normalised q and k, the delta rule on a per-sequence state per value
 //! head (decay from α, step from β), a gated RMSNorm with the output gate z, and the output
 //! projection.
@@ -9,8 +9,8 @@ use super::mixer::{Mixing, Pass};
 use super::weight::{Binder, Weight};
 use super::{Model, PARALLEL_ROWS};
 use crate::error::Result;
-use crate::ops;
-use crate::spec::ValueHeadOrder;
+use onebit_kernels::ops;
+use onebit_pack::spec::ValueHeadOrder;
 
 /// The gated DeltaNet of one layer.
 pub(super) struct DeltaNet {

@@ -5,7 +5,7 @@ use rayon::prelude::*;
 use super::weight::{Binder, Weight};
 use super::{Model, PARALLEL_ROWS};
 use crate::error::Result;
-use crate::ops;
+use onebit_kernels::ops;
 
 /// One layer's FFN matrices.
 pub(super) struct Ffn {

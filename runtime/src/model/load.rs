@@ -13,10 +13,11 @@ use super::weight::{Binder, Weight};
 use super::{DEFAULT_HEAD_RESCORE, Model};
 use crate::backend::Host;
 use crate::error::{Error, Result};
-use crate::kernels::{self, Path as KPath, QMatrix};
-use crate::kv::{CacheMemory, CacheType};
 use crate::pack::Pack;
-use crate::spec::{Mixer, ModelSpec};
+use onebit_kernels::KernelPath;
+use onebit_kernels::kv::{CacheMemory, CacheType};
+use onebit_kernels::matmul::{self, QMatrix};
+use onebit_pack::spec::{Mixer, ModelSpec};
 
 /// Result of the load-time kernel self-check.
 #[derive(Clone, Debug)]
@@ -103,17 +104,17 @@ impl Model {
     /// The weights every token streams are copied to memory advised to huge pages
     /// ([`Pack::make_resident`]): for running a model.
     pub fn load(pack: Pack) -> Result<Model> {
-        Self::load_with(pack, KPath::detect(), Residency::Copied)
+        Self::load_with(pack, KernelPath::detect(), Residency::Copied)
     }
 
     /// [`Model::load`] reading every weight through the file's mapping: for checking a pack
     /// (the import's kernels stage), where a copy would only cost time and memory.
     pub fn load_mapped(pack: Pack) -> Result<Model> {
-        Self::load_with(pack, KPath::detect(), Residency::Mapped)
+        Self::load_with(pack, KernelPath::detect(), Residency::Mapped)
     }
 
     /// [`Model::load`] with an explicit kernel path and residency (benchmarks, tests).
-    pub fn load_with(pack: Pack, path: KPath, residency: Residency) -> Result<Model> {
+    pub fn load_with(pack: Pack, path: KernelPath, residency: Residency) -> Result<Model> {
         let mut model = Self::bind(pack, path)?;
         if residency == Residency::Copied {
             let streamed = model.streamed();
@@ -128,7 +129,7 @@ impl Model {
         Ok(model)
     }
 
-    fn bind(pack: Pack, path: KPath) -> Result<Model> {
+    fn bind(pack: Pack, path: KernelPath) -> Result<Model> {
         let spec = pack.manifest.model.clone().ok_or_else(|| Error::Refused {
             pack: pack.dir.clone(),
             reason: pack
@@ -142,10 +143,10 @@ impl Model {
         let layers = (0..spec.layers.len())
             .map(|i| layer(&b, i, &spec))
             .collect::<Result<Vec<_>>>()?;
-        let embed_name = crate::pack::EMBEDDING_NAMES
+        let embed_name = onebit_pack::manifest::EMBEDDING_NAMES
             .into_iter()
             .find(|n| b.has(n))
-            .unwrap_or(crate::pack::EMBEDDING_NAMES[0]);
+            .unwrap_or(onebit_pack::manifest::EMBEDDING_NAMES[0]);
         let es = pack.stored(embed_name).ok_or_else(|| Error::Pack {
             pack: pack.dir.clone(),
             what: format!("tensor {embed_name} is missing"),
@@ -261,14 +262,14 @@ impl Model {
                 let data = self.pack.slice(range.clone());
                 let m = QMatrix::new(*layout, *rows, *k, data)
                     .ok_or_else(|| Error::Internal("matrix size changed".into()))?;
-                let r = kernels::self_check(&m, self.path);
+                let r = matmul::self_check(&m, self.path);
                 verdict(r.max_rel, format!("a {} matrix ({rows}×{k})", layout.name))?;
                 worst = worst.max(r.max_rel);
                 count += 1;
             }
         }
         if let Some(m) = self.pack.head_scan() {
-            let r = kernels::scan::self_check(&m, self.path);
+            let r = matmul::scan::self_check(&m, self.path);
             verdict(r.max_rel, format!("the scan head ({}×{})", m.rows, m.k))?;
             worst = worst.max(r.max_rel);
             count += 1;

@@ -10,7 +10,7 @@ use super::ffn::Ffn;
 use super::session::Session;
 use super::weight::Weight;
 use crate::error::Result;
-use crate::ops;
+use onebit_kernels::ops;
 
 /// What mixes positions in a layer.
 pub(super) trait Mixing: Send + Sync {

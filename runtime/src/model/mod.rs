@@ -31,13 +31,13 @@ use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::kernels::Path as KPath;
-use crate::kv::{CacheMemory, CacheType, LayerCache};
-use crate::ops;
 use crate::pack::Pack;
-use crate::spec::ModelSpec;
 pub use load::{Residency, SELF_CHECK_TOLERANCE, SelfCheck};
 use mixer::{Layer, Pass, add_branch};
+use onebit_kernels::KernelPath;
+use onebit_kernels::kv::{CacheMemory, CacheType, LayerCache};
+use onebit_kernels::ops;
+use onebit_pack::spec::ModelSpec;
 pub use session::{Checkpoint, Session};
 use stats::Collecting;
 pub use stats::{ActStats, InputStats};
@@ -49,13 +49,13 @@ pub struct Model {
     pub pack: Pack,
     /// The model description.
     pub spec: ModelSpec,
-    path: KPath,
+    path: KernelPath,
     backend: Arc<dyn Backend>,
     embed: std::ops::Range<usize>,
     layers: Vec<Layer>,
     norm: Vec<f32>,
     head: Weight,
-    /// The exact head when the stored head is tiles of a tied embedding (see [`crate::head`]).
+    /// The exact head when the stored head is tiles of a tied embedding (see [`onebit_kernels::head`]).
     exact_head: Option<f32>,
     /// Candidates per token re-scored against the exact head (0 = none).
     rescore: usize,
@@ -85,7 +85,7 @@ pub const PREFILL_ROWS: usize = 512;
 
 impl Model {
     /// Re-scores the `k` best candidates of each token's tiled head against the exact head (the
-    /// bf16 embedding of a tied model; see [`crate::head`]); 0 turns it off. Returns the count in
+    /// bf16 embedding of a tied model; see [`onebit_kernels::head`]); 0 turns it off. Returns the count in
     /// effect: 0 when the head is not tiles of a tied embedding, where nothing is approximate or
     /// nothing exact is in the pack.
     pub fn set_head_rescore(&mut self, k: usize) -> usize {
@@ -103,7 +103,7 @@ impl Model {
     }
 
     /// The host kernel path in use (embedding-sized bf16 products and the self-check).
-    pub fn kernel_path(&self) -> KPath {
+    pub fn kernel_path(&self) -> KernelPath {
         self.path
     }
 
@@ -446,17 +446,17 @@ impl Model {
             }
             for (j, &i) in idx.iter().enumerate().filter(|_| kind) {
                 if let Some(a) = allowed[i] {
-                    crate::grammar::forbid_outside(a, &mut part[j * vocab..(j + 1) * vocab]);
+                    onebit_kernels::head::forbid_outside(a, &mut part[j * vocab..(j + 1) * vocab]);
                 }
             }
             if let (Some(scale), k) = (self.exact_head, self.rescore) {
                 let read = |r: usize, out: &mut [u8]| self.embedding_row(r, out);
-                let exact = crate::head::ExactHead {
+                let exact = onebit_kernels::head::ExactHead {
                     rows: &read,
                     k: h,
                     scale,
                 };
-                crate::head::rescore(&mut part, gx, idx.len(), exact, k, kind);
+                onebit_kernels::head::rescore(&mut part, gx, idx.len(), exact, k, kind);
             }
             if whole {
                 logits = part;

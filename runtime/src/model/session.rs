@@ -2,7 +2,7 @@
 //! state of each short-convolution or gated-DeltaNet layer, and how much of each row's logits its
 //! reader uses. The forward pass writes it; `Model::session` makes one sized for the model.
 
-use crate::kv::LayerCache;
+use onebit_kernels::kv::LayerCache;
 
 /// The KV cache, recurrent state and position of one sequence. A clone is an independent copy
 /// that continues from the same point (a fork of the sequence).
@@ -27,9 +27,9 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session without a cache: what stays in a finished slot once its cache is back in the pool.
-    #[cfg(feature = "server")]
-    pub(crate) fn empty() -> Session {
+    /// A session without a cache: what stays in a finished slot once its cache is back in a
+    /// pool (a server's slots keep their place while their memory is reused).
+    pub fn empty() -> Session {
         Session {
             pos: 0,
             capacity: 0,

@@ -1,4 +1,4 @@
-//! LFM2's gated short convolution ([`crate::spec::Mixer::ShortConv`]): `in_proj` to B, C and x,
+//! LFM2's gated short convolution ([`onebit_pack::spec::Mixer::ShortConv`]): `in_proj` to B, C and x,
 //! a causal depthwise convolution of B ⊙ x over the last `kernel` positions (the earlier ones kept
 //! per sequence as its state), times C, then `out_proj`.
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::Model;
-use crate::ops;
+use onebit_kernels::ops;
 
 /// Input statistics of one matrix product, collected over calibration text.
 #[derive(Clone, Debug, Default)]

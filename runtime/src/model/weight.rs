@@ -9,9 +9,9 @@ use rayon::prelude::*;
 
 use super::Model;
 use crate::error::{Error, Result};
-use crate::kernels::{QMatrix, TileLayout};
-use crate::ops;
 use crate::pack::Pack;
+use onebit_kernels::matmul::{QMatrix, TileLayout};
+use onebit_kernels::ops;
 
 /// A weight matrix of the pack: tiles, or plain bf16 rows (embedding, a bf16 head).
 #[derive(Clone, Debug)]

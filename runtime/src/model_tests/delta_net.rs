@@ -1,8 +1,8 @@
 //! Gated DeltaNet (`crate::model::delta_net`): prefill against single steps.
 
-use crate::spec::ValueHeadOrder;
+use onebit_pack::spec::ValueHeadOrder;
 
-use super::*;
+use crate::testing::*;
 
 #[test]
 fn gated_deltanet_prefill_leaves_exactly_the_state_and_logits_of_single_steps() {

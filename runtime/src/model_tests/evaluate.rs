@@ -1,8 +1,8 @@
 //! Evaluation (`crate::generate::evaluate`): ids scored as given or with BOS per chunk.
 
-use crate::spec::{Act, QkNorm};
+use onebit_pack::spec::{Act, QkNorm};
 
-use super::*;
+use crate::testing::*;
 
 #[test]
 fn evaluate_scores_ids_as_given_or_with_bos_per_chunk() {

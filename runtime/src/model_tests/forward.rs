@@ -1,11 +1,11 @@
 //! The whole forward pass (`crate::model`) against a plain f64 reference written from the
 //! definitions.
 
-use crate::kernels::{QMatrix, TileLayout};
 use crate::model::Model;
-use crate::spec::{Act, ModelSpec, QkNorm, RopeTable};
+use onebit_kernels::matmul::{QMatrix, TileLayout};
+use onebit_pack::spec::{Act, ModelSpec, QkNorm, RopeTable};
 
-use super::*;
+use crate::testing::*;
 
 /// The forward pass written from the definitions in f64 on dequantized weights.
 fn reference_forward(m: &Model, sp: &ModelSpec, toks: &[u32]) -> Vec<f64> {

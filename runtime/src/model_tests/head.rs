@@ -1,11 +1,11 @@
 //! The head: a tiled tied head re-scores its best candidates against the exact bf16 head, and
-//! a scan head ranks while the exact head scores (`crate::head`).
+//! a scan head ranks while the exact head scores (`onebit_kernels::head`).
 
 use crate::model::Model;
 use crate::pack::Pack;
-use crate::spec::{Act, QkNorm};
+use onebit_pack::spec::{Act, QkNorm};
 
-use super::*;
+use crate::testing::*;
 
 #[test]
 fn the_tiled_tied_head_rescores_its_best_candidates_with_the_exact_head() {

@@ -1,10 +1,11 @@
 //! Loading (`crate::pack`, `crate::model::load`): an unverified pack is refused unless allowed.
 
 use crate::model::Model;
-use crate::pack::{Manifest, Pack, Verification};
-use crate::spec::{Act, QkNorm};
+use crate::pack::Pack;
+use onebit_pack::manifest::{Manifest, Verification};
+use onebit_pack::spec::{Act, QkNorm};
 
-use super::*;
+use crate::testing::*;
 
 #[test]
 fn unverified_packs_are_refused_unless_allowed() {

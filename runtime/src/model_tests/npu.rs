@@ -1,15 +1,15 @@
 //! The NPU run loop (`crate::npu::backend`) through marshalled buffers gives the host's logits.
 
-use crate::kernels::QMatrix;
-use crate::spec::{Act, QkNorm};
+use onebit_kernels::matmul::QMatrix;
+use onebit_pack::spec::{Act, QkNorm};
 
-use super::*;
+use crate::testing::*;
 
 /// Records every kernel an NPU engine is asked for, computing with the emulator.
 #[derive(Default)]
 struct Recording(std::sync::Mutex<Vec<String>>);
 
-impl crate::npu::backend::Engine for Recording {
+impl crate::npu::backend::KernelRunner for Recording {
     fn name(&self) -> &'static str {
         "recording"
     }

@@ -3,9 +3,9 @@
 
 use crate::model::Model;
 use crate::pack::Pack;
-use crate::spec::{Act, QkNorm, ValueHeadOrder};
+use onebit_pack::spec::{Act, QkNorm, ValueHeadOrder};
 
-use super::*;
+use crate::testing::*;
 
 #[test]
 fn batched_prefill_leaves_exactly_the_logits_and_kv_of_single_steps() {

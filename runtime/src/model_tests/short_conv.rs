@@ -1,9 +1,9 @@
 //! Short convolution (`crate::model::short_conv`): prefill against single steps, and a context
 //! reset.
 
-use crate::spec::{Act, QkNorm};
+use onebit_pack::spec::{Act, QkNorm};
 
-use super::*;
+use crate::testing::*;
 
 #[test]
 fn short_convolution_prefill_leaves_exactly_the_state_and_logits_of_single_steps() {

@@ -1,8 +1,8 @@
 //! Second moments (`crate::model::stats`) for calibration.
 
-use crate::spec::{Act, QkNorm};
+use onebit_pack::spec::{Act, QkNorm};
 
-use super::*;
+use crate::testing::*;
 
 #[test]
 fn second_moments_are_collected_once_per_input_and_agree_with_the_column_sums() {

@@ -1,7 +1,7 @@
 //! The NPU backend: every tiled product of a layer goes through the buffers an NPU kernel reads
 //! and writes ([`super::marshal`]): the matrix's tiles byte for byte, activations as bf16
-//! `[m][k_padded]`, results as bf16 `[m][n_padded]`. An [`Engine`] runs one kernel on those
-//! bytes: the device through XRT (feature `npu`, [`XrtEngine`]) or [`Emulator`], which computes
+//! `[m][k_padded]`, results as bf16 `[m][n_padded]`. A [`KernelRunner`] runs one kernel on those
+//! bytes: the device through XRT (feature `npu`, [`XrtRunner`]) or [`Emulator`], which computes
 //! what the kernel computes from the bytes alone, so the whole run loop of a layer is exercised on
 //! any machine and compared with the host backend.
 //!
@@ -12,7 +12,7 @@
 use super::marshal::{pack_activations, unpack_results};
 use crate::backend::Backend;
 use crate::error::Result;
-use crate::kernels::QMatrix;
+use onebit_kernels::matmul::QMatrix;
 
 pub use onebit_pack::host::kernel_name;
 
@@ -28,7 +28,7 @@ pub struct Shape {
 }
 
 /// Runs one kernel on marshalled bytes.
-pub trait Engine: Send + Sync {
+pub trait KernelRunner: Send + Sync {
     /// Name for logs.
     fn name(&self) -> &'static str;
 
@@ -41,7 +41,7 @@ pub trait Engine: Send + Sync {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Emulator;
 
-impl Engine for Emulator {
+impl KernelRunner for Emulator {
     fn name(&self) -> &'static str {
         "emulated"
     }
@@ -58,13 +58,13 @@ impl Engine for Emulator {
     }
 }
 
-/// The NPU backend over an [`Engine`].
+/// The NPU backend over a [`KernelRunner`].
 pub struct NpuBackend<E> {
     engine: E,
     batch: usize,
 }
 
-impl<E: Engine> NpuBackend<E> {
+impl<E: KernelRunner> NpuBackend<E> {
     /// A backend whose GEMM kernels take `batch` rows (the kernel set's batch).
     pub fn new(engine: E, batch: usize) -> Self {
         NpuBackend {
@@ -79,7 +79,7 @@ impl<E: Engine> NpuBackend<E> {
     }
 }
 
-impl<E: Engine> Backend for NpuBackend<E> {
+impl<E: KernelRunner> Backend for NpuBackend<E> {
     fn name(&self) -> String {
         format!("npu {}", self.engine.name())
     }
@@ -118,7 +118,7 @@ impl<E: Engine> Backend for NpuBackend<E> {
 }
 
 #[cfg(feature = "npu")]
-pub use device::XrtEngine;
+pub use device::XrtRunner;
 
 #[cfg(feature = "npu")]
 mod device {
@@ -127,10 +127,10 @@ mod device {
     use std::path::Path;
     use std::sync::Mutex;
 
-    use super::{Engine, Shape, kernel_name};
+    use super::{KernelRunner, Shape, kernel_name};
     use crate::error::{Error, Result};
-    use crate::kernels::QMatrix;
     use crate::npu::xrt::{Buffer, Device};
+    use onebit_kernels::matmul::QMatrix;
 
     /// Kernel arguments, in order: weights (the tiles), activations, results.
     const ARG_WEIGHTS: u32 = 0;
@@ -149,16 +149,16 @@ mod device {
     /// The device: one opened NPU with the kernel set's xclbin loaded once (one hardware
     /// context per model where XRT has them), weight buffers uploaded on first use and kept,
     /// one activation and one result buffer per kernel.
-    pub struct XrtEngine {
+    pub struct XrtRunner {
         state: Mutex<State>,
     }
 
-    impl XrtEngine {
+    impl XrtRunner {
         /// Opens the NPU (refusing by name when there is none) and loads `xclbin`.
-        pub fn open(xclbin: &Path) -> Result<XrtEngine> {
+        pub fn open(xclbin: &Path) -> Result<XrtRunner> {
             let mut dev = Device::open()?;
             dev.load_xclbin(xclbin)?;
-            Ok(XrtEngine {
+            Ok(XrtRunner {
                 state: Mutex::new(State {
                     dev,
                     weights: HashMap::new(),
@@ -168,7 +168,7 @@ mod device {
         }
     }
 
-    impl Engine for XrtEngine {
+    impl KernelRunner for XrtRunner {
         fn name(&self) -> &'static str {
             "xrt"
         }

@@ -13,7 +13,7 @@
 
 use half::bf16;
 
-use crate::kernels::QMatrix;
+use onebit_kernels::matmul::QMatrix;
 
 /// The weight buffer of `m`: its tiles, unchanged.
 pub fn weight_buffer<'a>(m: &QMatrix<'a>) -> &'a [u8] {
@@ -76,7 +76,7 @@ pub fn emulate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::layout::TileLayout;
+    use onebit_kernels::matmul::layout::TileLayout;
 
     /// A deterministic tile buffer for `rows`×`k` of `layout` (valid scales, varied codes).
     fn tiles(layout: TileLayout, rows: usize, k: usize) -> Vec<u8> {

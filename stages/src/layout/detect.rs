@@ -120,6 +120,77 @@ pub fn detect_tensor_with(
         Dtype::I8 => false,
         Dtype::U8 => true,
     };
+    let candidates = tile_kinds(container, t, is_u8)?;
+    let (rows, k, geo_src) = grid(t, geometry, role, &candidates)?;
+    let fitting = fitting(t, &candidates, rows, k, &geo_src)?;
+    let data = container.data(t);
+    let mut readings = Vec::new();
+    let mut flags = Vec::new();
+    let mut why = vec![format!("declared width {}", t.width()), geo_src];
+    let (kind, rb, ct) = if fitting.len() == 1 {
+        fitting[0]
+    } else if fitting.iter().all(|(k, ..)| k.bytes() == 5120) {
+        let chosen = decide_5120(data, &fitting, &mut why, &mut flags)?;
+        confirm_signedness(
+            container,
+            t,
+            data,
+            &fitting,
+            chosen,
+            &mut why,
+            &mut readings,
+        )?;
+        chosen
+    } else if fitting.iter().all(|(k, ..)| k.bytes() == 8704) {
+        decide_8704(
+            container,
+            t,
+            data,
+            &fitting,
+            reference,
+            &mut why,
+            &mut readings,
+        )?
+    } else {
+        return Err(format!(
+            "{} readings fit and no rule separates them",
+            fitting
+                .iter()
+                .map(|(k, ..)| k.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    };
+    why.push(format!("grid {rb}x{ct} = {} B", t.nbytes()));
+    let padded_rows = rb * kind.rows() as u64;
+    if padded_rows != rows {
+        why.push(pad_rows(data, (kind, rb, ct), rows, role)?);
+    }
+    let mut l = base(
+        Layout::Tiled {
+            kind,
+            row_blocks: rb,
+            col_tiles: ct,
+            padded_rows,
+            padded_k: ct * kind.cols() as u64,
+        },
+        rows,
+        k,
+        format!("kind={kind} <- {}", why.join("; ")),
+    );
+    l.codes = Some(kind.codes());
+    l.readings = readings;
+    l.flags = flags;
+    Ok(l)
+}
+
+/// The tile kinds a tile tensor's declared row width allows, once the shape is one a reader
+/// exists for.
+fn tile_kinds(
+    container: &Container,
+    t: &TensorInfo,
+    is_u8: bool,
+) -> std::result::Result<Vec<TileKind>, String> {
     let stem = t.name.strip_suffix(".weight").unwrap_or(&t.name);
     if container.tensor(&format!("{}.scale", t.name)).is_some()
         || container.tensor(&format!("{stem}.scale")).is_some()
@@ -159,43 +230,60 @@ pub fn detect_tensor_with(
             t.shape
         ));
     }
-    let lead = &t.shape[..t.shape.len() - 1];
-    let n_tiles: u64 = lead.iter().product();
+    Ok(candidates)
+}
 
-    // Geometry: the config's (rows, K) for the role, else the 3-D grid itself.
-    let (rows, k, geo_src) = match geometry.and_then(|g| g.shape_of(role)) {
-        Some((r, k)) => (
+/// The tensor's (rows, K) and where they come from: the config's geometry for its role, else the
+/// 3-D grid itself.
+fn grid(
+    t: &TensorInfo,
+    geometry: Option<&Geometry>,
+    role: Role,
+    candidates: &[TileKind],
+) -> std::result::Result<(u64, u64, String), String> {
+    match geometry.and_then(|g| g.shape_of(role)) {
+        Some((r, k)) => Ok((
             r,
             k,
             format!("config.json geometry {r}x{k} ({})", role.as_str()),
-        ),
+        )),
         None if t.shape.len() == 3 => {
             let c0 = candidates[0];
-            (
+            Ok((
                 t.shape[0] * c0.rows() as u64,
                 t.shape[1] * c0.cols() as u64,
                 format!(
                     "grid [{}, {}] (no config role for this tensor)",
                     t.shape[0], t.shape[1]
                 ),
-            )
+            ))
         }
-        None => {
-            return Err(match geometry {
-                None => {
-                    "no config.json geometry, and a 2-D tile shape does not state rows and K".into()
-                }
-                Some(_) => format!(
-                    "config.json gives no geometry for role {} and a 2-D tile shape does not state rows and K",
-                    role.as_str()
-                ),
-            });
-        }
-    };
+        None => Err(match geometry {
+            None => {
+                "no config.json geometry, and a 2-D tile shape does not state rows and K".into()
+            }
+            Some(_) => format!(
+                "config.json gives no geometry for role {} and a 2-D tile shape does not state rows and K",
+                role.as_str()
+            ),
+        }),
+    }
+}
 
+/// The candidate kinds whose grid for `rows × k` is the declared shape and size, as (kind, row
+/// blocks, column tiles); none is a refusal naming what each would need.
+fn fitting(
+    t: &TensorInfo,
+    candidates: &[TileKind],
+    rows: u64,
+    k: u64,
+    geo_src: &str,
+) -> std::result::Result<Vec<Fit>, String> {
+    let lead = &t.shape[..t.shape.len() - 1];
+    let n_tiles: u64 = lead.iter().product();
     let mut fitting = Vec::new();
     let mut misfits = Vec::new();
-    for &kind in &candidates {
+    for &kind in candidates {
         let rb = rows.div_ceil(kind.rows() as u64);
         let ct = k.div_ceil(kind.cols() as u64);
         let tiles = rb.checked_mul(ct);
@@ -221,96 +309,46 @@ pub fn detect_tensor_with(
             misfits.join(" or ")
         ));
     }
+    Ok(fitting)
+}
 
-    let data = container.data(t);
-    let mut readings = Vec::new();
-    let mut flags = Vec::new();
-    let mut why = vec![format!("declared width {width}"), format!("{geo_src}")];
-    let (kind, rb, ct) = if fitting.len() == 1 {
-        fitting[0]
-    } else if fitting.iter().all(|(k, ..)| k.bytes() == 5120) {
-        let chosen = decide_5120(data, &fitting, &mut why, &mut flags)?;
-        confirm_signedness(
-            container,
-            t,
-            data,
-            &fitting,
-            chosen,
-            &mut why,
-            &mut readings,
-        )?;
-        chosen
-    } else if fitting.iter().all(|(k, ..)| k.bytes() == 8704) {
-        decide_8704(
-            container,
-            t,
-            data,
-            &fitting,
-            reference,
-            &mut why,
-            &mut readings,
-        )?
-    } else {
-        return Err(format!(
-            "{} readings fit and no rule separates them",
-            fitting
-                .iter()
-                .map(|(k, ..)| k.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    };
-    why.push(format!("grid {rb}x{ct} = {} B", t.nbytes()));
-
-    // Rows off the tile grid: accepted only when every pad row decodes to exactly 0.
+/// Rows off the tile grid: accepted only when every pad row decodes to exactly 0, or (Qwen3.5's
+/// α/β, fewer rows than a tile) when the pad rows are copies of the real ones (q4nx-format §4:
+/// row r of the band is row r mod rows). Returns the decision's words.
+fn pad_rows(
+    data: &[u8],
+    (kind, rb, ct): Fit,
+    rows: u64,
+    role: Role,
+) -> std::result::Result<String, String> {
     let padded_rows = rb * kind.rows() as u64;
-    if padded_rows != rows {
-        let reader =
-            TiledReader::new(data, kind, rb as usize, ct as usize).map_err(|e| e.to_string())?;
-        let (mut out, mut scratch) = (Vec::new(), Vec::new());
-        reader.decode_row_block(rb as usize - 1, &mut out, &mut scratch);
-        let first_pad = (rows % kind.rows() as u64) as usize;
-        let kp = reader.padded_k();
-        let pad = &out[first_pad * kp..];
-        // Qwen3.5's α/β (fewer rows than a tile) fill the tile with copies of their rows
-        // (q4nx-format §4): row r of the band is row r mod rows.
-        let copies = role == Role::LinearHead
-            && rb == 1
-            && pad.chunks_exact(kp).enumerate().all(|(i, row)| {
-                let src = (first_pad + i) % first_pad.max(1);
-                row == &out[src * kp..(src + 1) * kp]
-            });
-        if copies {
-            why.push(format!(
-                "rows {rows} repeated to fill the {padded_rows}-row tile (FastFlowLM's α/β copies)"
-            ));
-        } else if pad.iter().any(|v| *v != 0.0) {
-            return Err(format!(
-                "{rows} rows are off the {}-row grid of {kind} and the pad rows {rows}..{padded_rows} do not decode to 0",
-                kind.rows()
-            ));
-        } else {
-            why.push(format!(
-                "rows {rows} padded to {padded_rows} with zero rows"
-            ));
-        }
+    let reader =
+        TiledReader::new(data, kind, rb as usize, ct as usize).map_err(|e| e.to_string())?;
+    let (mut out, mut scratch) = (Vec::new(), Vec::new());
+    reader.decode_row_block(rb as usize - 1, &mut out, &mut scratch);
+    let first_pad = (rows % kind.rows() as u64) as usize;
+    let kp = reader.padded_k();
+    let pad = &out[first_pad * kp..];
+    let copies = role == Role::LinearHead
+        && rb == 1
+        && pad.chunks_exact(kp).enumerate().all(|(i, row)| {
+            let src = (first_pad + i) % first_pad.max(1);
+            row == &out[src * kp..(src + 1) * kp]
+        });
+    if copies {
+        Ok(format!(
+            "rows {rows} repeated to fill the {padded_rows}-row tile (FastFlowLM's α/β copies)"
+        ))
+    } else if pad.iter().any(|v| *v != 0.0) {
+        Err(format!(
+            "{rows} rows are off the {}-row grid of {kind} and the pad rows {rows}..{padded_rows} do not decode to 0",
+            kind.rows()
+        ))
+    } else {
+        Ok(format!(
+            "rows {rows} padded to {padded_rows} with zero rows"
+        ))
     }
-    let mut l = base(
-        Layout::Tiled {
-            kind,
-            row_blocks: rb,
-            col_tiles: ct,
-            padded_rows,
-            padded_k: ct * kind.cols() as u64,
-        },
-        rows,
-        k,
-        format!("kind={kind} <- {}", why.join("; ")),
-    );
-    l.codes = Some(kind.codes());
-    l.readings = readings;
-    l.flags = flags;
-    Ok(l)
 }
 
 type Fit = (TileKind, u64, u64);

@@ -98,17 +98,9 @@ impl LayerKind {
     }
 }
 
-/// Where q/k norm sits relative to RoPE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum QkNorm {
-    /// No q/k norm.
-    Off,
-    /// Per-head RMSNorm, then RoPE (Qwen3, Gemma, LFM2).
-    BeforeRope,
-    /// RoPE, then per-head RMSNorm (Hunyuan, seed #2218).
-    AfterRope,
-}
+/// Where q/k norm sits relative to RoPE: the pack's own type, so a decision reaches the pack's
+/// model description unchanged.
+pub use onebit_pack::spec::QkNorm;
 
 /// The form norm weights are stored in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -606,35 +606,51 @@ pub fn verify_pack(
         rows.push(row);
     }
 
-    // The tied-head fit, when the head is tied (no separate GGUF head) and an embedding exists.
+    if let Some(row) = tied_head_row(c, layouts, gguf, &arch, dims, tie_rows)? {
+        rows.push(row);
+    }
+
+    let verdict = pack_verdict(layouts, &rows);
+    Ok((rows, verdict))
+}
+
+/// The tied-head fit's row, when the head is tied (no separate GGUF head) and an embedding of
+/// its shape exists: the head's first `tie_rows` rows against the embedding's (divided by
+/// √hidden where the family pre-scales its embedding).
+fn tied_head_row(
+    c: &Container,
+    layouts: &[TensorLayout],
+    gguf: Option<&GgufFile>,
+    arch: &str,
+    dims: VerifyDims,
+    tie_rows: u64,
+) -> Result<Option<VerifyRow>> {
     let head = layouts.iter().find(|l| l.name == "lm_head.weight");
     let emb = layouts.iter().find(|l| {
         onebit_pack::manifest::EMBEDDING_NAMES.contains(&l.name.as_str())
             && l.layout == Layout::Plain
     });
     let tied = gguf.is_none_or(|g| g.tensor("output.weight").is_none());
-    if let (Some(h), Some(e), true) = (head, emb, tied)
-        && h.rows == e.rows
-        && h.k == e.k
-    {
-        let n = tie_rows.min(h.rows);
-        let x = whole(c, h, n)?;
-        let mut ev = whole(c, e, n)?;
-        let mut reference = format!("embedding:{}", e.name);
-        if prescaled_embedding(&arch) {
-            let s = (dims.map.hidden as f32).sqrt();
-            for v in ev.iter_mut() {
-                *v /= s;
-            }
-            reference = format!("{reference} ÷ √{}", dims.map.hidden);
-        }
-        let mut row = VerifyRow::new(h, format!("{reference}; first {n} rows"));
-        tie_fit(&x, &ev, h.k as usize, h.codes, &mut row);
-        rows.push(row);
+    let (Some(h), Some(e), true) = (head, emb, tied) else {
+        return Ok(None);
+    };
+    if h.rows != e.rows || h.k != e.k {
+        return Ok(None);
     }
-
-    let verdict = pack_verdict(layouts, &rows);
-    Ok((rows, verdict))
+    let n = tie_rows.min(h.rows);
+    let x = whole(c, h, n)?;
+    let mut ev = whole(c, e, n)?;
+    let mut reference = format!("embedding:{}", e.name);
+    if prescaled_embedding(arch) {
+        let s = (dims.map.hidden as f32).sqrt();
+        for v in ev.iter_mut() {
+            *v /= s;
+        }
+        reference = format!("{reference} ÷ √{}", dims.map.hidden);
+    }
+    let mut row = VerifyRow::new(h, format!("{reference}; first {n} rows"));
+    tie_fit(&x, &ev, h.k as usize, h.codes, &mut row);
+    Ok(Some(row))
 }
 
 /// The pack verdict from the table: refused if any tensor failed; verified only if every tensor

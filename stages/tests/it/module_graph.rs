@@ -257,18 +257,279 @@ fn the_cycle_finder_sees_a_cycle_between_two_files() {
     );
 }
 
-/// The runtime stays in rooms a reader can take in: no source file over 600 lines, tests apart
-/// (a file named `*tests.rs`).
+/// The runtime's crates stay in rooms a reader can take in: no source file over 600 lines, tests
+/// apart (a file named `*tests.rs`).
 #[test]
 fn no_runtime_source_file_is_over_600_lines() {
-    let mods = modules(&crate_src("runtime"));
-    assert!(mods.len() > 20, "only {} runtime files found", mods.len());
-    for file in mods.values() {
-        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.ends_with("tests.rs") {
-            continue;
+    for krate in ["kernels", "runtime", "serve"] {
+        let mods = modules(&crate_src(krate));
+        assert!(mods.len() > 10, "only {} {krate} files found", mods.len());
+        for file in mods.values() {
+            let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.ends_with("tests.rs") {
+                continue;
+            }
+            let lines = std::fs::read_to_string(file).expect("read").lines().count();
+            assert!(lines <= 600, "{}: {lines} lines", file.display());
         }
-        let lines = std::fs::read_to_string(file).expect("read").lines().count();
-        assert!(lines <= 600, "{}: {lines} lines", file.display());
     }
+}
+
+/// The `onebit-*` crates a workspace crate's manifest depends on (any section).
+fn onebit_deps(krate: &str) -> BTreeSet<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest =
+        std::fs::read_to_string(root.join(krate).join("Cargo.toml")).expect("Cargo.toml");
+    let own = if krate == "." {
+        "onebit-pipe".to_string()
+    } else {
+        format!("onebit-{krate}")
+    };
+    manifest
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.starts_with("name"))
+        .filter_map(|l| {
+            let name: String = l
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '-')
+                .collect();
+            (name.starts_with("onebit-") && name != own && l.contains('=')).then_some(name)
+        })
+        .collect()
+}
+
+/// The runtime's three crates in their order: the kernels know only the pack format, the runtime
+/// only the kernels and the pack format, and nothing but the server and the binary know the
+/// server; no crate below the binary depends on a crate above it.
+#[test]
+fn the_runtime_crates_depend_downward_only() {
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(onebit_deps("kernels"), set(&["onebit-pack"]));
+    assert_eq!(
+        onebit_deps("runtime"),
+        set(&["onebit-kernels", "onebit-pack"])
+    );
+    let serve = onebit_deps("serve");
+    assert!(serve.contains("onebit-runtime"), "{serve:?}");
+    for krate in workspace_crates() {
+        let deps = onebit_deps(&krate);
+        if krate != "." && krate != "serve" {
+            assert!(
+                !deps.contains("onebit-serve"),
+                "{krate} depends on the server"
+            );
+        }
+        for below in ["pack", "pipeline", "kernels"] {
+            if krate == below {
+                for above in ["onebit-runtime", "onebit-serve", "onebit-stages"] {
+                    assert!(!deps.contains(above), "{krate} depends on {above}");
+                }
+            }
+        }
+    }
+    // No engine code compiled only for the server.
+    for krate in ["kernels", "runtime"] {
+        for file in modules(&crate_src(krate)).values() {
+            let text = std::fs::read_to_string(file).expect("read");
+            assert!(
+                !text.contains("feature = \"server\""),
+                "{}: code for the server's feature",
+                file.display()
+            );
+        }
+    }
+}
+
+/// `src` with comments, string and character literals blanked (newlines kept), so that braces
+/// count code only.
+fn code_only(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let blank = |s: &[u8], out: &mut Vec<u8>| {
+        out.extend(s.iter().map(|&c| if c == b'\n' { b'\n' } else { b' ' }))
+    };
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        let ident_before = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+        if rest.starts_with(b"//") {
+            let end = rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len());
+            blank(&rest[..end], &mut out);
+            i += end;
+        } else if rest.starts_with(b"/*") {
+            let (mut depth, mut j) = (0usize, 0usize);
+            while j < rest.len() {
+                if rest[j..].starts_with(b"/*") {
+                    depth += 1;
+                    j += 2;
+                } else if rest[j..].starts_with(b"*/") {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            blank(&rest[..j], &mut out);
+            i += j;
+        } else if !ident_before
+            && (rest.starts_with(b"r\"")
+                || rest.starts_with(b"r#")
+                || rest.starts_with(b"br\"")
+                || rest.starts_with(b"br#"))
+        {
+            let start = rest.iter().position(|&c| c == b'r').unwrap_or(0) + 1;
+            let hashes = rest[start..].iter().take_while(|&&c| c == b'#').count();
+            if rest.get(start + hashes) != Some(&b'"') {
+                out.push(b[i]);
+                i += 1;
+                continue;
+            }
+            let mut close = vec![b'"'];
+            close.extend(std::iter::repeat_n(b'#', hashes));
+            let body = start + hashes + 1;
+            let end = rest[body..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(rest.len(), |p| body + p + close.len());
+            blank(&rest[..end], &mut out);
+            i += end;
+        } else if b[i] == b'"' {
+            let mut j = 1;
+            while j < rest.len() && rest[j] != b'"' {
+                j += if rest[j] == b'\\' { 2 } else { 1 };
+            }
+            let end = (j + 1).min(rest.len());
+            blank(&rest[..end], &mut out);
+            i += end;
+        } else if b[i] == b'\'' {
+            // A character literal ('x', '\n', '\u{..}'), not a lifetime ('a).
+            let len = if rest.get(1) == Some(&b'\\') {
+                rest[2..].iter().position(|&c| c == b'\'').map(|p| p + 3)
+            } else {
+                let ch = std::str::from_utf8(&rest[1..rest.len().min(5)])
+                    .ok()
+                    .or_else(|| std::str::from_utf8(&rest[1..rest.len().min(4)]).ok())
+                    .or_else(|| std::str::from_utf8(&rest[1..rest.len().min(3)]).ok())
+                    .or_else(|| std::str::from_utf8(&rest[1..rest.len().min(2)]).ok())
+                    .and_then(|s| s.chars().next())
+                    .map_or(1, char::len_utf8);
+                (rest.get(1 + ch) == Some(&b'\'')).then_some(ch + 2)
+            };
+            match len {
+                Some(n) => {
+                    blank(&rest[..n], &mut out);
+                    i += n;
+                }
+                None => {
+                    out.push(b[i]);
+                    i += 1;
+                }
+            }
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Each function of `src` with a body: (name, first line, lines from its `fn` line to its
+/// closing brace).
+fn functions(src: &str) -> Vec<(String, usize, usize)> {
+    let code = code_only(src);
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| *w == "fn") else {
+            continue;
+        };
+        let before_ok = words[..at].iter().all(|w| {
+            matches!(
+                *w,
+                "pub" | "const" | "async" | "unsafe" | "extern" | "\"C\"" | "default"
+            ) || w.starts_with("pub(")
+        });
+        let Some(name) = words.get(at + 1).filter(|_| before_ok) else {
+            continue;
+        };
+        let name: String = name
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let (mut depth, mut opened) = (0i64, false);
+        for (j, l) in lines.iter().enumerate().skip(i) {
+            if !opened && l.contains(';') && !l.contains('{') {
+                break;
+            }
+            for c in l.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if opened && depth == 0 {
+                out.push((name.clone(), i + 1, j - i + 1));
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Every `.rs` file under `dir`, build outputs and vendored trees left out.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("read_dir") {
+        let p = e.expect("entry").path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if p.is_dir() {
+            if !matches!(name, "target" | ".git" | "node_modules") {
+                rust_files(&p, out);
+            }
+        } else if name.ends_with(".rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// No function of the workspace, tests included, is over 150 lines (its `fn` line to its closing
+/// brace): a longer one is cut into its steps, each named for what it does.
+#[test]
+fn no_function_in_the_workspace_is_over_150_lines() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    assert!(files.len() > 100, "only {} Rust files found", files.len());
+    let mut long = Vec::new();
+    let mut counted = 0;
+    for f in &files {
+        let src = std::fs::read_to_string(f).expect("read");
+        for (name, line, n) in functions(&src) {
+            counted += 1;
+            if n > 150 {
+                long.push(format!("{}:{line} {name}: {n} lines", f.display()));
+            }
+        }
+    }
+    assert!(counted > 1000, "only {counted} functions found");
+    assert!(
+        long.is_empty(),
+        "functions over 150 lines:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_function_counter_skips_braces_in_strings_and_comments() {
+    let src = "fn a() {\n    let s = \"}}}\";\n    // }\n    let c = '}';\n    let r = r#\"{\"#;\n}\nfn b<'x>(v: &'x str) -> &'x str {\n    v\n}\nfn c();\n";
+    let f = functions(src);
+    assert_eq!(f, vec![("a".to_string(), 1, 6), ("b".to_string(), 7, 3)]);
 }
