@@ -1,7 +1,8 @@
 //! # onebit-pack
 //!
 //! The verified-pack format, shared by the import that writes packs (`onebit-stages`) and the
-//! runtime that runs them (`onebit-runtime`), so that each fact about a pack is stated once:
+//! runtime crates that run them (`onebit-kernels`, `onebit-runtime`), so that each fact about a
+//! pack is stated once:
 //!
 //! - [`tiles`]: the one table of tile kinds (q4nx-format §2): geometry, byte sizes, lane bands,
 //!   code and scale planes. The import's readers and writers and the host kernels all read it.
