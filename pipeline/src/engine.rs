@@ -375,18 +375,18 @@ fn skip_unstarted(
     }
 }
 
+/// Each stage's manifest, by stage name.
+type Manifests = BTreeMap<String, EntryManifest>;
+/// Where each stage's outputs live: stage → output → path.
+type Artifacts = BTreeMap<String, BTreeMap<String, PathBuf>>;
+
 /// Every stage's manifest, its outputs' paths, and its entry of the ref, by stage name.
-#[allow(clippy::type_complexity)]
 fn collect(
     store: &Store,
     graph: &Graph,
     order: &[usize],
     done: &mut [Option<NodeDone>],
-) -> Result<(
-    BTreeMap<String, EntryManifest>,
-    BTreeMap<String, BTreeMap<String, PathBuf>>,
-    Vec<RefStage>,
-)> {
+) -> Result<(Manifests, Artifacts, Vec<RefStage>)> {
     let mut manifests = BTreeMap::new();
     let mut artifacts = BTreeMap::new();
     let mut ref_stages = Vec::new();

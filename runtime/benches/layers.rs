@@ -21,6 +21,8 @@ use onebit_pack::manifest::{Manifest, TensorEntry};
 use onebit_pack::spec::{Act, LayerSpec, Mixer, ModelSpec, QkNorm, RopeTable, ValueHeadOrder};
 use onebit_runtime::{Model, Pack};
 
+// The helpers the kernels' benches use: one file for both crates' benches.
+#[path = "../../kernels/benches/common/mod.rs"]
 mod common;
 
 use common::{median, random_tiles};

@@ -19,9 +19,7 @@ use onebit_runtime::generate::{Request as GenRequest, checked_prompt};
 use crate::api::{self, ApiError, Parsed};
 use crate::job::{Event, Fork, Job};
 use crate::reply::{Kind, Reply};
-use crate::tokens::internal;
 use crate::tool_fields::{self, ToolPlan};
-use crate::values::Route;
 use crate::{Ready, Server, now_secs};
 
 /// A request bound to the loaded model: what the scheduler runs and what its reply needs.
@@ -40,24 +38,6 @@ struct Bound {
     stream: bool,
     /// A last chunk with usage.
     include_usage: bool,
-}
-
-impl Kind {
-    /// The fields the route reads.
-    fn fields(self) -> &'static Route {
-        match self {
-            Kind::Chat => &api::CHAT,
-            Kind::Text => &api::COMPLETION,
-        }
-    }
-
-    /// The field that holds the prompt.
-    fn prompt_param(self) -> &'static str {
-        match self {
-            Kind::Chat => "messages",
-            Kind::Text => "prompt",
-        }
-    }
 }
 
 /// The refusal of a prompt the model cannot take, naming the field it came from: a prompt past
@@ -236,7 +216,7 @@ impl Server {
             Ok::<_, Error>((prompt, ids, constraint))
         })
         .await
-        .map_err(internal)?
+        .map_err(ApiError::internal)?
         .map_err(|e| prompt_refusal(kind, e))?;
         let req = GenRequest {
             prompt,

@@ -20,7 +20,6 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::Server;
 use super::api::ApiError;
 use super::job::{Event, Job};
-use super::tokens::internal;
 use super::values::{Route, Unknown};
 use onebit_runtime::generate::{Prompt, Request, checked_prompt};
 
@@ -142,7 +141,7 @@ pub(super) async fn embeddings(
             .collect::<Result<Vec<_>, ApiError>>()
     })
     .await
-    .map_err(internal)??;
+    .map_err(ApiError::internal)??;
     let pooling = s.opts.pooling;
     let mut data = Vec::with_capacity(prompts.len());
     let mut tokens = 0;
@@ -193,9 +192,10 @@ async fn vector(mut rx: UnboundedReceiver<Event>) -> Result<Vec<f32>, ApiError> 
         match rx.recv().await {
             Some(Event::Embedding(v)) => out = Some(v),
             Some(Event::Done(_)) => {
-                return out.ok_or_else(|| internal("the embedding ended without a vector"));
+                return out
+                    .ok_or_else(|| ApiError::internal("the embedding ended without a vector"));
             }
-            Some(Event::Failed(e)) => return Err(internal(e)),
+            Some(Event::Failed(e)) => return Err(ApiError::internal(e)),
             Some(Event::NoRoom(e)) => {
                 return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -204,7 +204,7 @@ async fn vector(mut rx: UnboundedReceiver<Event>) -> Result<Vec<f32>, ApiError> 
                 ));
             }
             Some(Event::Text(_) | Event::Logprob(_)) => {}
-            None => return Err(internal("the scheduler dropped the request")),
+            None => return Err(ApiError::internal("the scheduler dropped the request")),
         }
     }
 }

@@ -43,6 +43,15 @@ impl ApiError {
         }
     }
 
+    /// A 500: the server failed, not the request (a task that panicked, a stream cut short).
+    pub fn internal(e: impl std::fmt::Display) -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            e.to_string(),
+        )
+    }
+
     /// Sets the machine-readable code.
     pub fn with_code(mut self, code: &'static str) -> ApiError {
         self.code = Some(code);

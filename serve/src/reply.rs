@@ -33,6 +33,22 @@ impl Kind {
             Kind::Text => "/v1/completions",
         }
     }
+
+    /// The fields the route reads.
+    pub fn fields(self) -> &'static super::values::Route {
+        match self {
+            Kind::Chat => &api::CHAT,
+            Kind::Text => &api::COMPLETION,
+        }
+    }
+
+    /// The field that holds the prompt.
+    pub fn prompt_param(self) -> &'static str {
+        match self {
+            Kind::Chat => "messages",
+            Kind::Text => "prompt",
+        }
+    }
 }
 
 /// One reply in flight; logs and records latency when it ends (completed or dropped).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -24,14 +24,6 @@ const DETOKENIZE: Route = Route {
     fields: &[&["tokens"]],
     unknown: Unknown::ListsFields,
 };
-
-pub(super) fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "server_error",
-        e.to_string(),
-    )
-}
 
 /// A piece as llama-server writes it: the text when its bytes are UTF-8, else the bytes.
 fn piece_value(p: Option<Vec<u8>>) -> Value {
@@ -94,7 +86,7 @@ pub(super) async fn tokenize(
         })
     })
     .await
-    .map_err(internal)??;
+    .map_err(ApiError::internal)??;
     Ok(axum::Json(out).into_response())
 }
 
@@ -138,6 +130,6 @@ pub(super) async fn detokenize(
             .map_err(|e| ApiError::bad("tokens", e.to_string()))
     })
     .await
-    .map_err(internal)??;
+    .map_err(ApiError::internal)??;
     Ok(axum::Json(json!({ "content": content })).into_response())
 }

@@ -130,16 +130,19 @@ impl Block<'_, '_> {
     }
 }
 
+/// A pass's projections, row-major: queries, keys, values, and the output gates (empty without a
+/// gated output).
+struct Projected {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    gate: Vec<f32>,
+}
+
 impl Attention {
     /// q, k and v of every row (with their biases) and, with a gated output, the gates: q_proj's
     /// rows are all q, then all gates (the pack's stacked order).
-    #[allow(clippy::type_complexity)]
-    fn project(
-        &self,
-        m: &Model,
-        hbuf: &[f32],
-        n: usize,
-    ) -> Result<(Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>)> {
+    fn project(&self, m: &Model, hbuf: &[f32], n: usize) -> Result<Projected> {
         let sp = &m.spec;
         let (qr, kvr) = (sp.q_rows(), sp.kv_rows());
         let (mut q, mut k, mut v) = (vec![0f32; n * qr], vec![0f32; n * kvr], vec![0f32; n * kvr]);
@@ -182,7 +185,7 @@ impl Attention {
                 }
             }
         }
-        Ok((q, k, v, gate))
+        Ok(Projected { q, k, v, gate })
     }
 
     /// RoPE on the rows' queries and keys, with their q/k norms before or after it.
@@ -351,7 +354,12 @@ impl Mixing for Attention {
                 n,
             );
         }
-        let (mut q, mut k, v, gate) = self.project(m, hbuf, n)?;
+        let Projected {
+            mut q,
+            mut k,
+            v,
+            gate,
+        } = self.project(m, hbuf, n)?;
         self.position(sp, li, pass, &mut q, &mut k);
         for (t, &(i, p)) in pass.seq_pos.iter().enumerate() {
             let s = &mut pass.sessions[i];

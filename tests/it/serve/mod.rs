@@ -486,20 +486,21 @@ fn later_turns_reuse_the_cached_prompt_prefix_and_answer_as_cold() {
     }
 }
 
-#[test]
-fn malformed_requests_get_the_right_4xx_and_the_server_keeps_serving() {
-    let s = serve(&["--api-key", "sekrit"]);
-    let auth = "Authorization: Bearer sekrit\r\n";
-    let ok_body = completion("the cat", 3, false).to_string();
+/// A malformed request: (path, headers, body, status, the `param` or `code` its error names).
+type Malformed = (&'static str, &'static str, Vec<u8>, u16, &'static str);
+
+/// The malformed requests of [`malformed_requests_get_the_right_4xx_and_the_server_keeps_serving`].
+fn malformed_cases(auth: &'static str, ok_body: &str) -> Vec<Malformed> {
     let big = format!(
         r#"{{"prompt": "{}", "max_tokens": 1}}"#,
         "a".repeat(10 << 20)
     );
-    let cases: Vec<(&str, &str, Vec<u8>, u16, &str)> = vec![
+    vec![
         (
             "/v1/completions",
             auth,
-            br#"{"prompt": "the cat", "max_tok"#.to_vec(),
+            // The body cut short inside a key.
+            br#"{"prompt": "the cat", "max_tokens": 1}"#[..30].to_vec(),
             400,
             "invalid_json",
         ),
@@ -541,19 +542,27 @@ fn malformed_requests_get_the_right_4xx_and_the_server_keeps_serving() {
         (
             "/v1/completions",
             "Authorization: Bearer wrong\r\n",
-            ok_body.clone().into_bytes(),
+            ok_body.as_bytes().to_vec(),
             401,
             "invalid_api_key",
         ),
         (
             "/v1/completions",
             "",
-            ok_body.clone().into_bytes(),
+            ok_body.as_bytes().to_vec(),
             401,
             "invalid_api_key",
         ),
         ("/v1/nothing", auth, b"{}".to_vec(), 404, "not_found"),
-    ];
+    ]
+}
+
+#[test]
+fn malformed_requests_get_the_right_4xx_and_the_server_keeps_serving() {
+    let s = serve(&["--api-key", "sekrit"]);
+    let auth = "Authorization: Bearer sekrit\r\n";
+    let ok_body = completion("the cat", 3, false).to_string();
+    let cases = malformed_cases(auth, &ok_body);
     for (path, headers, body, want, what) in cases {
         let (st, b) = s.post_raw(path, headers, &body);
         let e: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
