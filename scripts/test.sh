@@ -28,16 +28,17 @@ if ! command -v chromium >/dev/null && [ -z "${ONEBIT_CHROMIUM:-}" ] &&
     echo "note: chromium not installed: the report's browser test will fail" >&2
 fi
 # s3s-fs (crates.io): the S3-compatible server the shared-store tests start on 127.0.0.1. It
-# builds in the background, beside the test build, and is waited for before the tests run: on 2
-# cores that cost the test build 78 s and saved the 2-2.5 min s3s-fs takes alone
-# (docs/benchmarks.md, "Building").
+# builds in the background, beside the test build, and is waited for before the tests run. It is
+# built unoptimized and without debug info: the tests move kilobytes through it, and that build
+# takes 89 CPU-s against the release build's 209 (docs/benchmarks.md, "Building").
 log=$(mktemp)
 s3s_log=$(mktemp)
 s3s_pid=
 trap 'rm -f "$log" "$s3s_log"; [ -z "$s3s_pid" ] || kill "$s3s_pid" 2>/dev/null || true' EXIT
 if ! command -v s3s-fs >/dev/null && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s-fs" ]; then
   echo "   s3s-fs 0.14.1 building in the background" >&2
-  cargo install -q s3s-fs --version 0.14.1 --features binary --locked >"$s3s_log" 2>&1 &
+  CARGO_PROFILE_DEV_DEBUG=0 cargo install -q s3s-fs --version 0.14.1 --features binary --locked --debug \
+    >"$s3s_log" 2>&1 &
   s3s_pid=$!
 fi
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
@@ -53,8 +54,16 @@ if [ -n "$s3s_pid" ]; then
   s3s_pid=
   done_step
 fi
+# cargo-nextest (on this project's machines; `cargo install cargo-nextest` elsewhere) schedules
+# tests across all the test binaries at once instead of one binary after another: the same tests
+# in 226 s against cargo test's 330 s (docs/benchmarks.md). Without it, cargo test runs them.
+if cargo nextest --version >/dev/null 2>&1; then
+  run_tests() { cargo nextest run --no-fail-fast --run-ignored all "$@" 2>&1; }
+else
+  run_tests() { cargo test --no-fail-fast "$@" -- --include-ignored 2>&1; }
+fi
 step "running every test, the ones needing the tools above included"
-cargo test --workspace --no-fail-fast --lib --bins --tests -- --include-ignored 2>&1 | tee "$log"
+run_tests --workspace --lib --bins --tests | tee "$log"
 done_step
 # The NPU feature: the XRT shim compiled, bindgen's bindings, linked against libxrt_coreutil; the
 # runtime's unit tests with it on (the NPU backend and its refusals live there; the crates above
@@ -63,8 +72,11 @@ done_step
 # workspace's.
 if [ -f /usr/include/xrt/xrt/xrt_device.h ]; then
   step "the NPU feature: building and running the runtime's unit tests with it"
-  cargo test -p onebit-runtime --features npu --lib 2>&1 | tee -a "$log"
+  run_tests -p onebit-runtime --features npu --lib | tee -a "$log"
   done_step
 fi
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+# One line for both runners: cargo test's "test result: ok. 12 passed; 0 failed; ..." per binary,
+# nextest's "Summary [ 226.1s] 315 tests run: 315 passed, 0 skipped" (", 2 failed" when some fail).
+awk '/^test result:/ || /^ *Summary \[/ {
+       for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "summary: %d passed, %d failed\n", p, f }' "$log"
