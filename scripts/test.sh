@@ -44,9 +44,10 @@ fi
 ONEBIT_GEMMA_GGUF="$(scripts/fetch-gemma.sh)"
 export ONEBIT_GEMMA_GGUF
 done_step
-# --lib --bins --tests: unit and integration tests (the crates carry no doctests).
-step "building the tests (a fresh clone compiles for about 13 minutes on 2 cores)"
-cargo test --workspace --no-run --lib --bins --tests
+# --lib --tests: unit and integration tests (the crates carry no doctests; the binary has no unit
+# tests of its own, Cargo.toml).
+step "building the tests (a fresh clone compiles for 15-18 minutes on 2 cores)"
+cargo test --workspace --no-run --lib --tests
 done_step
 if [ -n "$s3s_pid" ]; then
   step "waiting for the s3s-fs build"
@@ -58,21 +59,29 @@ fi
 # tests across all the test binaries at once instead of one binary after another: the same tests
 # in 226 s against cargo test's 330 s (docs/benchmarks.md). Without it, cargo test runs them.
 if cargo nextest --version >/dev/null 2>&1; then
+  nextest=1
   run_tests() { cargo nextest run --no-fail-fast --run-ignored all "$@" 2>&1; }
 else
+  nextest=
   run_tests() { cargo test --no-fail-fast "$@" -- --include-ignored 2>&1; }
 fi
 step "running every test, the ones needing the tools above included"
-run_tests --workspace --lib --bins --tests | tee "$log"
+run_tests --workspace --lib --tests | tee "$log"
 done_step
 # The NPU feature: the XRT shim compiled, bindgen's bindings, linked against libxrt_coreutil; the
 # runtime's unit tests with it on (the NPU backend and its refusals live there; the crates above
 # it only pass the feature through, and rebuilding their tests against it tested nothing new).
 # The binary's NPU code and every crate's lints with the feature run in .ci/run, after the
-# workspace's.
+# workspace's. Built with the whole workspace selected, so its dependencies keep the features the
+# build above gave them (`-p onebit-runtime` alone unifies them differently and rebuilds half the
+# graph: 188 s against 106 s on a fresh clone, docs/benchmarks.md); only the runtime's tests run.
 if [ -f /usr/include/xrt/xrt/xrt_device.h ]; then
   step "the NPU feature: building and running the runtime's unit tests with it"
-  run_tests -p onebit-runtime --features npu --lib | tee -a "$log"
+  if [ -n "$nextest" ]; then
+    run_tests --workspace --features onebit-runtime/npu --lib -E 'package(onebit-runtime)' | tee -a "$log"
+  else
+    run_tests -p onebit-runtime --features npu --lib | tee -a "$log"
+  fi
   done_step
 fi
 # One line for both runners: cargo test's "test result: ok. 12 passed; 0 failed; ..." per binary,

@@ -30,6 +30,7 @@ fn main() {
         let source = ImportSource {
             dir: dir.clone(),
             reference: Some(fixture.join("model.gguf")),
+            mmproj: None,
             fetch: None,
             repair: false,
         };

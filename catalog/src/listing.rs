@@ -22,7 +22,9 @@ use onebit_pipeline::shared::{SharedManifest, SharedStore};
 use onebit_pipeline::{Digest, Store};
 
 use crate::error::{Error, Result, from_datafusion};
-use crate::tables::{CacheRow, STAGE_TABLES, cache_rows, packs_by_key, packs_table};
+use crate::tables::{
+    CacheRow, MODEL_FILE, PER_FILE_TABLES, STAGE_TABLES, cache_rows, packs_by_key, packs_table,
+};
 
 /// One import of a pack's stage the run records name: its key, first and last run.
 struct Import {
@@ -225,35 +227,53 @@ fn stage_views(
     for (table, stage, file) in STAGE_TABLES {
         let mut current = Vec::new();
         let mut history = Vec::new();
+        let per_file = PER_FILE_TABLES.contains(&table);
         for r in refs {
-            let Some(s) = r.stage(stage) else { continue };
-            if let Some(url) = files.entry_file_url(&s.key, file) {
-                current.push(Branch {
-                    url,
-                    constants: vec![("pack", text(&r.name))],
-                });
-            }
-            for Import { key, first, last } in seen
-                .get(&(r.name.clone(), stage.to_string()))
-                .into_iter()
-                .flatten()
-            {
-                let Some(d) = Digest::from_hex(key) else {
-                    continue;
-                };
-                let Some(url) = files.entry_file_url(&d, file) else {
-                    continue;
-                };
-                history.push(Branch {
-                    url,
-                    constants: vec![
-                        ("pack", text(&r.name)),
+            // The language file's stage, then each tower file's (`dequant:vision_weight.q4nx`):
+            // the tables of every file of the pack in one view, with the file they came from.
+            let sources = r.stages.iter().filter_map(|s| {
+                if s.stage == stage {
+                    Some((s, MODEL_FILE))
+                } else if per_file {
+                    s.stage
+                        .strip_prefix(stage)
+                        .and_then(|rest| rest.strip_prefix(':'))
+                        .map(|f| (s, f))
+                } else {
+                    None
+                }
+            });
+            for (s, source_file) in sources {
+                let mut first_columns = vec![("pack", text(&r.name))];
+                if per_file {
+                    first_columns.push(("file", text(source_file)));
+                }
+                if let Some(url) = files.entry_file_url(&s.key, file) {
+                    current.push(Branch {
+                        url,
+                        constants: first_columns.clone(),
+                    });
+                }
+                for Import { key, first, last } in seen
+                    .get(&(r.name.clone(), s.stage.clone()))
+                    .into_iter()
+                    .flatten()
+                {
+                    let Some(d) = Digest::from_hex(key) else {
+                        continue;
+                    };
+                    let Some(url) = files.entry_file_url(&d, file) else {
+                        continue;
+                    };
+                    let mut constants = first_columns.clone();
+                    constants.extend([
                         ("import_key", text(key)),
                         ("first_run", text(first)),
                         ("last_run", text(last)),
                         ("current", ScalarValue::Boolean(Some(d == s.key))),
-                    ],
-                });
+                    ]);
+                    history.push(Branch { url, constants });
+                }
             }
         }
         views.push((table.to_string(), current));

@@ -27,6 +27,13 @@ use onebit_pipeline::refs::list_refs;
 
 use crate::error::{Error, Result};
 
+/// The tables every file of a pack has its own of (the language model's and each tower's): their
+/// views carry a `file` column after `pack`, the file the rows came from.
+pub const PER_FILE_TABLES: [&str; 4] = ["tensors", "tensor_stats", "block_stats", "verification"];
+
+/// The `file` of the language model's rows.
+pub const MODEL_FILE: &str = "model.q4nx";
+
 /// A stage-written table: its name, the stage that writes it, and the file in the entry.
 pub const STAGE_TABLES: [(&str, &str, &str); 9] = [
     ("files", "fetch", "files.parquet"),

@@ -76,36 +76,52 @@ impl TableFunctionImpl for TensorValues {
                 "tensor_values: pack {pack:?} records no repository folder; re-run its import"
             );
         };
-        let Some(detect) = r.stage("detect") else {
+        // The language file's detect stage, then each tower file's (`detect:vision_weight.q4nx`).
+        let files: Vec<(&onebit_pipeline::refs::RefStage, &str)> = r
+            .stages
+            .iter()
+            .filter_map(|s| match s.stage.as_str() {
+                "detect" => Some((s, "model.q4nx")),
+                name => name.strip_prefix("detect:").map(|f| (s, f)),
+            })
+            .collect();
+        if files.is_empty() {
             return plan_err!("tensor_values: pack {pack:?} has no detect stage");
-        };
-        // Read through to the shared store: the detect entry of a pack imported elsewhere.
-        if let Some(sh) = self.store.shared()
-            && !matches!(
-                self.store.check(&detect.key, false).map_err(ext)?,
-                onebit_pipeline::store::Freshness::Fresh(_)
-            )
-        {
-            sh.pull(&self.store, &detect.key).map_err(ext)?;
         }
-        let model = PathBuf::from(dir).join("model.q4nx");
+        let mut found = None;
+        for (detect, file) in files {
+            // Read through to the shared store: the detect entry of a pack imported elsewhere.
+            if let Some(sh) = self.store.shared()
+                && !matches!(
+                    self.store.check(&detect.key, false).map_err(ext)?,
+                    onebit_pipeline::store::Freshness::Fresh(_)
+                )
+            {
+                sh.pull(&self.store, &detect.key).map_err(ext)?;
+            }
+            let layouts_path = self.store.artifact_path(&detect.key, "layouts.json");
+            let layouts: Vec<TensorLayout> = std::fs::read(&layouts_path)
+                .map_err(|e| DataFusionError::Execution(format!("{}: {e}", layouts_path.display())))
+                .and_then(|b| {
+                    serde_json::from_slice(&b)
+                        .map_err(|e| DataFusionError::Execution(e.to_string()))
+                })?;
+            if let Some(layout) = layouts.into_iter().find(|l| l.name == tensor) {
+                found = Some((layout, PathBuf::from(dir).join(file)));
+                break;
+            }
+        }
+        let Some((layout, model)) = found else {
+            return plan_err!(
+                "tensor_values: pack {pack:?} has no tensor {tensor:?} (see SELECT name FROM tensors WHERE pack = '{pack}')"
+            );
+        };
         if !model.is_file() {
             return plan_err!(
                 "tensor_values: pack {pack:?} was read from {}, which is not on this machine (imported elsewhere?); import the repository here to decode its values",
                 model.display()
             );
         }
-        let layouts_path = self.store.artifact_path(&detect.key, "layouts.json");
-        let layouts: Vec<TensorLayout> = std::fs::read(&layouts_path)
-            .map_err(|e| DataFusionError::Execution(format!("{}: {e}", layouts_path.display())))
-            .and_then(|b| {
-                serde_json::from_slice(&b).map_err(|e| DataFusionError::Execution(e.to_string()))
-            })?;
-        let Some(layout) = layouts.into_iter().find(|l| l.name == tensor) else {
-            return plan_err!(
-                "tensor_values: pack {pack:?} has no tensor {tensor:?} (see SELECT name FROM tensors WHERE pack = '{pack}')"
-            );
-        };
         let stream = Arc::new(ValuesStream {
             schema: schema(),
             model,

@@ -46,6 +46,7 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         tile_for: Vec::new(),
         gptq: false,
         config: opts.config.clone(),
+        mmproj: None,
     };
     super::convert(gguf, &repo, &eight)?;
     // A runtime pack over the 8-bit repository: semantics from its config, tile kinds known.
@@ -93,6 +94,7 @@ pub fn importance(gguf: &Path, opts: &ConvertOptions) -> Result<Importance> {
         chat_template: None,
         decisions: Vec::new(),
         head_scan: None,
+        towers: Vec::new(),
     };
     fs_err::write(
         repo.join("manifest.json"),

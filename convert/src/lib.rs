@@ -15,6 +15,7 @@ pub mod config;
 pub mod gptq;
 pub mod pretokenizer;
 pub mod tokenizer;
+pub mod tower;
 mod write;
 
 /// The tile encoders and quantization groups (format codecs, kept in stages beside the decoders
@@ -79,6 +80,9 @@ pub struct ConvertOptions {
     /// The model's real `config.json`: it wins over what the GGUF implies, each difference
     /// recorded as a decision; a config whose dimensions contradict the GGUF is refused.
     pub config: Option<PathBuf>,
+    /// llama.cpp's mmproj GGUF of the same model: its tower is written as `vision_weight.q4nx`
+    /// ([`tower`]).
+    pub mmproj: Option<PathBuf>,
 }
 
 /// What happened to one tensor.
@@ -547,6 +551,16 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
         cfg = config::with_user_config(cfg, path, &g)?;
     }
     decisions.extend(cfg.decisions.iter().cloned());
+    let tensors_of_tower = match &opts.mmproj {
+        Some(mmproj) => tower::write_beside(
+            mmproj,
+            (&arch, dims.hidden),
+            staging.path(),
+            &mut cfg.json,
+            &mut decisions,
+        )?,
+        None => Vec::new(),
+    };
     write_json(&staging.path().join("config.json"), &cfg.json)?;
     let tok = tokenizer::tokenizer_files(&g, &arch)?;
     decisions.extend(tok.decisions.iter().cloned());
@@ -558,7 +572,8 @@ pub fn convert(gguf: &Path, out: &Path, opts: &ConvertOptions) -> Result<Convert
 
     // FastFlowLM writes Qwen3.5 tiles as [row blocks, column tiles, bytes] (keep_block_in_2D).
     let three_d = arch == "qwen35";
-    let tensors = write::write_pack(&g, &planned, &staging.path().join("model.q4nx"), three_d)?;
+    let mut tensors = write::write_pack(&g, &planned, &staging.path().join("model.q4nx"), three_d)?;
+    tensors.extend(tensors_of_tower);
     let report = ConvertReport {
         gguf: gguf.to_path_buf(),
         out: out.to_path_buf(),

@@ -83,6 +83,32 @@ pub struct Manifest {
     /// repack stage wrote one.
     #[serde(default)]
     pub head_scan: Option<HeadScan>,
+    /// The tower files the pack carries beside the language model (a vision or audio encoder),
+    /// each with its own verdict: a tower that fails leaves the language model usable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub towers: Vec<Tower>,
+}
+
+/// A tower file of the pack (`vision_weight.q4nx`, …), kept byte for byte beside `model.q4nx`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tower {
+    /// The file name, in the repository and in the pack.
+    pub file: String,
+    /// What it encodes: `vision`, `audio` or `image_audio`.
+    pub kind: String,
+    /// Whether every tensor passed against the mmproj GGUF.
+    pub verified: bool,
+    /// One line: what passed, what failed and why, or that there was no mmproj to compare with.
+    pub summary: String,
+    /// Whether the runtime uses it (images or audio accepted).
+    pub served: bool,
+    /// Why it is not served, when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_served: Option<String>,
+    /// Tensors in the file.
+    pub tensors: usize,
+    /// blake3 of the file.
+    pub blake3: String,
 }
 
 impl Manifest {
@@ -104,6 +130,7 @@ impl Manifest {
             chat_template: None,
             decisions: Vec::new(),
             head_scan: None,
+            towers: Vec::new(),
         }
     }
 }

@@ -430,6 +430,13 @@ fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
             for (j, p) in parts.iter().enumerate() {
                 match (p.get("type").and_then(Value::as_str), p.get("text")) {
                     (Some("text"), Some(Value::String(t))) => s.push_str(t),
+                    (Some("image_url" | "input_image"), _) => {
+                        return Err(ApiError::bad(
+                            format!("messages[{i}].content[{j}]"),
+                            "images are not served yet: the host runtime has no vision encoder \
+                             (a pack's vision tower is read and verified; see /props towers)",
+                        ));
+                    }
                     _ => {
                         return Err(ApiError::bad(
                             format!("messages[{i}].content[{j}]"),

@@ -98,8 +98,9 @@ pub(super) async fn model(
 }
 
 /// `GET /props` (llama-server's route): the context and slots served at, the chat template,
-/// the special tokens, and what this server adds: the pack's verification verdict and where the
-/// forward pass runs (the backend and its kernel path).
+/// the special tokens, and what this server adds: the pack's verification verdict, its towers
+/// (each with its verdict and whether it is served), and where the forward pass runs (the backend
+/// and its kernel path).
 pub(super) async fn props(
     State(s): State<Arc<Server>>,
     headers: HeaderMap,
@@ -135,6 +136,10 @@ pub(super) async fn props(
             "repaired": v.repaired,
             "reference": m.pack.manifest.provenance.reference,
         },
+        // Each tower file with its own verdict and whether it is served; a failing tower leaves
+        // the language model served as text only.
+        "towers": m.pack.manifest.towers,
+        "modalities": {"text": true, "image": m.pack.manifest.towers.iter().any(|t| t.served && t.kind == "vision")},
         "backend": m.backend_name(),
         "kernel_path": m.kernel_path().name(),
         "build_info": concat!("onebit-pipe ", env!("CARGO_PKG_VERSION")),

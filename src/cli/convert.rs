@@ -44,6 +44,10 @@ pub struct ConvertArgs {
     /// recorded as a decision); a config whose dimensions contradict the GGUF is refused.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// llama.cpp's mmproj GGUF of the same model (Gemma 3, Qwen3.5): its vision tower is written
+    /// as vision_weight.q4nx, as FastFlowLM's converter writes it, and config.json names it.
+    #[arg(long, value_name = "GGUF")]
+    pub mmproj: Option<PathBuf>,
 }
 
 fn parse_tile_for(s: &str) -> Result<(String, TileChoice), String> {
@@ -72,6 +76,7 @@ pub fn exec(g: &Global, a: ConvertArgs) -> anyhow::Result<ExitCode> {
         tile_for: a.tile_for,
         gptq: a.gptq,
         config: a.config,
+        mmproj: a.mmproj,
     };
     let t0 = std::time::Instant::now();
     let report = onebit_convert::convert(&a.gguf, &a.out, &opts)?;

@@ -109,6 +109,7 @@ pub fn prepare(
         return Ok(ImportSource {
             dir,
             reference,
+            mmproj: None,
             fetch: None,
             repair: false,
         });
@@ -181,6 +182,7 @@ pub fn prepare(
     Ok(ImportSource {
         dir: resolved.snapshot.clone(),
         reference,
+        mmproj: None,
         fetch: Some(FetchInfo {
             repo: repo.to_string(),
             revision: revision.to_string(),

@@ -207,15 +207,3 @@ pub fn init_logging(g: &Global, server: bool) {
         fmt.try_init()
     };
 }
-
-#[cfg(test)]
-mod tests {
-    use clap::CommandFactory;
-
-    /// clap's own consistency checks of every flag rule (conflicts, requires, groups) of every
-    /// subcommand, including the flattened source flags.
-    #[test]
-    fn every_flag_rule_names_flags_that_exist() {
-        super::Cli::command().debug_assert();
-    }
-}

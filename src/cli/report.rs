@@ -50,6 +50,7 @@ pub fn local_pack_name(dir: &Path) -> anyhow::Result<String> {
     Ok(onebit_stages::ImportSource {
         dir,
         reference: None,
+        mmproj: None,
         fetch: None,
         repair: false,
     }

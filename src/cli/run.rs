@@ -140,15 +140,20 @@ pub fn import(g: &Global, source: &ImportSource, opts: &ImportOptions) -> anyhow
             None => Ok(None),
         }
     };
+    let mmproj = match &source.mmproj {
+        Some(r) => Some(resolve_reference(g, r, source.endpoint.as_deref())?),
+        None => None,
+    };
     // A repository's pack is named by the repository, wherever its files came from (a mirror
     // directory gives a plain folder); a folder's by the folder.
-    let (import, ref_name, mut args) = if let Some(path) = &source.path {
+    let (mut import, ref_name, mut args) = if let Some(path) = &source.path {
         let dir = path
             .canonicalize()
             .with_context(|| format!("repository folder {}", path.display()))?;
         let import = onebit_stages::ImportSource {
             dir: dir.clone(),
             reference: reference()?,
+            mmproj: None,
             fetch: None,
             repair: opts.repair,
         };
@@ -172,8 +177,12 @@ pub fn import(g: &Global, source: &ImportSource, opts: &ImportOptions) -> anyhow
     } else {
         anyhow::bail!("nothing to run: give --repo ORG/NAME, --path DIR or --demo");
     };
+    import.mmproj = mmproj;
     if let Some(r) = &import.reference {
         args.push_str(&format!(" --reference {}", r.display()));
+    }
+    if let Some(r) = &import.mmproj {
+        args.push_str(&format!(" --mmproj {}", r.display()));
     }
     if opts.repair {
         args.push_str(" --repair");

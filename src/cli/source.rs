@@ -26,6 +26,11 @@ pub struct ImportSource {
     /// path, or ORG/NAME[@REV]:FILE from the local Hugging Face cache.
     #[arg(long, value_name = "GGUF|ORG/NAME:FILE")]
     pub reference: Option<PathBuf>,
+    /// llama.cpp's mmproj GGUF of the same model (its vision or audio tower, any float type), the
+    /// reference the repository's tower files (vision_weight.q4nx, …) are verified against: a
+    /// path, or ORG/NAME[@REV]:FILE from the local Hugging Face cache.
+    #[arg(long, value_name = "GGUF|ORG/NAME:FILE")]
+    pub mmproj: Option<PathBuf>,
 }
 
 /// How an import runs, beside where its repository comes from.

@@ -22,7 +22,16 @@ pub fn exec(g: &Global, a: StatusArgs) -> anyhow::Result<ExitCode> {
     let refs = status(&store, &current, a.deep)?;
     if g.json {
         for r in &refs {
-            println!("{}", serde_json::to_string(r)?);
+            let mut v = serde_json::to_value(r)?;
+            let towers = tower_verdicts(&store, r);
+            if let Some(o) = v.as_object_mut()
+                && !towers.is_empty()
+            {
+                let towers: Vec<serde_json::Value> =
+                    towers.iter().map(TowerVerdict::json).collect();
+                o.insert("towers".into(), towers.into());
+            }
+            println!("{}", serde_json::to_string(&v)?);
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -68,6 +77,17 @@ pub fn exec(g: &Global, a: StatusArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        // Each tower's own verdict: a failing tower leaves the language model usable.
+        for t in tower_verdicts(&store, r) {
+            let served = if t.verified {
+                t.not_served
+                    .map(|why| format!(" (not served: {why})"))
+                    .unwrap_or_default()
+            } else {
+                " (the pack serves text only)".to_string()
+            };
+            println!("  tower {}: {}{served}", t.file, t.summary);
+        }
         if r.needs_run() {
             println!(
                 "  re-run: onebit-pipe run {}",
@@ -76,4 +96,51 @@ pub fn exec(g: &Global, a: StatusArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One tower file's verdict, as `status` shows it.
+struct TowerVerdict {
+    file: String,
+    kind: &'static str,
+    verified: bool,
+    summary: String,
+    not_served: Option<&'static str>,
+}
+
+impl TowerVerdict {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "file": self.file,
+            "kind": self.kind,
+            "verified": self.verified,
+            "summary": self.summary,
+            "not_served": self.not_served,
+        })
+    }
+}
+
+/// The verdicts of the tower files a ref's last run verified (`verify:FILE`), from the store.
+fn tower_verdicts(
+    store: &onebit_pipeline::Store,
+    r: &onebit_pipeline::maintenance::RefStatus,
+) -> Vec<TowerVerdict> {
+    r.stages
+        .iter()
+        .filter_map(|s| {
+            let file = s.stage.strip_prefix("verify:")?;
+            let kind = onebit_stages::tower::tower_kind(file)?;
+            let path = store
+                .artifact_path(&s.key, "verification")
+                .join("verdict.json");
+            let v: onebit_stages::verify::PackVerdict =
+                serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+            Some(TowerVerdict {
+                file: file.to_string(),
+                kind: kind.as_str(),
+                verified: v.verified,
+                summary: v.summary,
+                not_served: onebit_stages::tower::not_served(kind),
+            })
+        })
+        .collect()
 }

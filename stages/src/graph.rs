@@ -6,6 +6,7 @@
 //! model.q4nx + config.json ─▶ detect ─▶ layouts.json ─▶ dequant ─▶ tables/{tensors,tensor_stats,block_stats}.parquet
 //!                                              └──(+ GGUF reference)──▶ verify ─▶ verification/{verification.parquet,verdict.json}
 //! semantics + layouts + verdict + tokenizer ─▶ repack ─▶ pack/ ─▶ kernels ─▶ kernels.json, kernels table
+//! each tower file (vision_weight.q4nx, …) ─▶ detect:FILE ─▶ dequant:FILE, verify:FILE (+ mmproj) ─▶ repack
 //! ```
 
 use std::collections::BTreeMap;
@@ -24,7 +25,9 @@ use crate::stage::kernels::KernelSetStage;
 use crate::stage::repack::RepackStage;
 use crate::stage::repair::RepairStage;
 use crate::stage::semantics::SemanticsStage;
+use crate::stage::tower::{Tower, TowerDequantStage, TowerDetectStage, TowerVerifyStage};
 use crate::stage::verify::VerifyStage;
+use crate::tower::TOWER_FILES;
 
 /// Where a repository comes from, and what to verify it against.
 #[derive(Clone, Debug)]
@@ -33,6 +36,8 @@ pub struct ImportSource {
     pub dir: PathBuf,
     /// A GGUF of the same model, the independent reference of the verify stage.
     pub reference: Option<PathBuf>,
+    /// llama.cpp's mmproj GGUF of the same model, the reference of the towers' verify stages.
+    pub mmproj: Option<PathBuf>,
     /// When the folder is a hub snapshot fetched before the graph: the fetch stage records it and
     /// every other stage runs after it.
     pub fetch: Option<FetchInfo>,
@@ -64,7 +69,7 @@ pub const KERNEL_DIR_ENV: &str = "ONEBIT_KERNEL_DIR";
 /// Prefill batch the kernel set's GEMM shapes are sized for (the server's default `--batch`).
 pub const PREFILL_BATCH: u64 = 256;
 
-/// The current version of every import stage, for `status`.
+/// The current version of every import stage, for `status` (each tower file's stages by name).
 pub fn stage_versions() -> BTreeMap<String, u32> {
     [
         DetectStage::ID,
@@ -78,6 +83,15 @@ pub fn stage_versions() -> BTreeMap<String, u32> {
     ]
     .into_iter()
     .map(|id| (id.name.to_string(), id.version))
+    .chain(TOWER_FILES.iter().flat_map(|(file, _)| {
+        use crate::stage::tower::{DEQUANT_VERSION, DETECT_VERSION, VERIFY_VERSION};
+        [
+            ("detect", DETECT_VERSION),
+            ("dequant", DEQUANT_VERSION),
+            ("verify", VERIFY_VERSION),
+        ]
+        .map(|(stage, v)| (crate::tower::stage_name(stage, file), v))
+    }))
     .collect()
 }
 
@@ -99,14 +113,16 @@ pub fn import_graph(source: &ImportSource, host: Arc<dyn HostRuntime>) -> Result
         });
     }
     let config = Some(dir.join("config.json")).filter(|_| has("config.json"));
-    if let Some(r) = &source.reference
-        && !r.is_file()
-    {
-        return Err(Error::Refused {
-            file: r.clone(),
-            tensor: "reference".into(),
-            reason: "the GGUF reference does not exist".into(),
-        });
+    for (given, what) in [(&source.reference, "reference"), (&source.mmproj, "mmproj")] {
+        if let Some(r) = given
+            && !r.is_file()
+        {
+            return Err(Error::Refused {
+                file: r.clone(),
+                tensor: what.into(),
+                reason: format!("the GGUF {what} does not exist"),
+            });
+        }
     }
     let mut stages: Vec<Arc<dyn Stage>> = Vec::new();
     let mut extra = Vec::new();
@@ -138,6 +154,26 @@ pub fn import_graph(source: &ImportSource, host: Arc<dyn HostRuntime>) -> Result
         repo: repo(),
         tie_rows: 4096,
     }));
+    // Each tower file: its own detect, dequant and verify, against the mmproj.
+    let towers: Vec<Tower> = TOWER_FILES
+        .iter()
+        .filter(|(file, _)| has(file))
+        .map(|&(file, kind)| Tower {
+            repo: RepoInputs {
+                extra: extra.clone(),
+                model: dir.join(file),
+                config: config.clone(),
+                reference: source.mmproj.clone(),
+            },
+            file: file.to_string(),
+            kind,
+        })
+        .collect();
+    for t in &towers {
+        stages.push(Arc::new(TowerDetectStage::new(t.clone())));
+        stages.push(Arc::new(TowerDequantStage::new(t.clone())));
+        stages.push(Arc::new(TowerVerifyStage::new(t.clone())));
+    }
     if source.repair {
         stages.push(Arc::new(RepairStage {
             repo: repo(),
@@ -153,6 +189,7 @@ pub fn import_graph(source: &ImportSource, host: Arc<dyn HostRuntime>) -> Result
             revision: source.fetch.as_ref().map(|f| f.commit.clone()),
             reference: source.reference.clone(),
             repaired: source.repair,
+            towers: towers.iter().map(|t| (t.file.clone(), t.kind)).collect(),
         }));
         // The kernel set: the repository's xclbins plus a configured kernel directory.
         let mut dirs = vec![dir.clone()];

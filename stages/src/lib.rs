@@ -5,7 +5,8 @@
 //!
 //! - [`graph`]: the import DAG — which stage reads what ([`import_graph`], [`stage_versions`]);
 //! - [`stage`]: one file per stage (`fetch`, `semantics`, `detect`, `dequant`, `verify`, `repair`
-//!   with `--repair`, `repack`, `kernels`), each only its `Stage` impl and the tables it writes.
+//!   with `--repair`, `repack`, `kernels`, and `tower` for each tower file's `detect:FILE`,
+//!   `dequant:FILE`, `verify:FILE`), each only its `Stage` impl and the tables it writes.
 //!
 //! The domain code below never depends on a stage, and is tested without a store:
 //!
@@ -14,6 +15,8 @@
 //! - [`layout`]: geometry, tile-kind detection with evidence, the on-demand row reader;
 //! - [`stats`]: value statistics and correlation;
 //! - [`verify`]: the rules that judge a reading against independent references;
+//! - [`tower`]: the vision and audio files beside `model.q4nx`, their MM-block layout read with
+//!   evidence and verified against llama.cpp's mmproj GGUF;
 //! - [`repair`]: rebuilding what a converter broke, from sources verification can prove;
 //! - [`model_spec`]: the runtime's model description from the semantics;
 //! - [`kernel_set`]: the matrix products a pack needs and what serves each;
@@ -33,6 +36,7 @@ pub mod repair;
 pub mod semantics;
 pub mod stage;
 pub mod stats;
+pub mod tower;
 pub mod verify;
 
 pub use error::{Error, Result};

@@ -312,6 +312,7 @@ pub fn tensor_entries(layouts: &[TensorLayout]) -> BTreeMap<String, TensorEntry>
             let kind = match &l.layout {
                 Layout::Tiled { kind, .. } => kind.name().to_string(),
                 Layout::Plain => l.dtype.clone(),
+                Layout::MmBlock { .. } => l.reading(),
             };
             (
                 l.name.clone(),

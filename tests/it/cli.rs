@@ -792,3 +792,34 @@ fn a_cache_type_nobody_knows_is_refused_naming_the_flag_and_the_choices() {
         );
     }
 }
+
+/// clap checks a command's flag rules (conflicts, requires, groups: each names flags that exist)
+/// when it builds the command, in debug builds such as this one: `--help` of every subcommand
+/// builds it with its flattened source flags, so a rule naming a missing flag panics here.
+#[test]
+fn every_subcommands_flag_rules_name_flags_that_exist() {
+    assert!(
+        cfg!(debug_assertions),
+        "clap checks its rules in debug builds only"
+    );
+    let top = bin().arg("--help").output().expect("spawn");
+    assert_success(&top, "--help");
+    let text = String::from_utf8_lossy(&top.stdout);
+    let names: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| *n != "help")
+        .collect();
+    assert!(names.contains(&"serve") && names.len() >= 13, "{names:?}");
+    for name in names {
+        let out = bin().args([name, "--help"]).output().expect("spawn");
+        assert_success(&out, name);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Usage:"),
+            "{name}"
+        );
+    }
+}

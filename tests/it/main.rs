@@ -19,3 +19,4 @@ mod repair;
 mod report_browser;
 mod serve;
 mod serve_gemma;
+mod towers;

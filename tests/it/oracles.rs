@@ -108,6 +108,7 @@ fn load(case: &str, quant: &str, tile: TileChoice, hub_config: bool, tmp: &Path)
     let source = ImportSource {
         dir: repo.clone(),
         reference: Some(gguf),
+        mmproj: None,
         fetch: None,
         repair: false,
     };
@@ -430,6 +431,7 @@ fn verdict_of(repo: &Path, gguf: &Path, home: &Path, tensor: &str) -> (Value, Ve
     let source = ImportSource {
         dir: repo.to_path_buf(),
         reference: Some(gguf.to_path_buf()),
+        mmproj: None,
         fetch: None,
         repair: false,
     };

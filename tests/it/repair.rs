@@ -45,6 +45,7 @@ fn import(dir: &Path, reference: Option<&Path>, repair: bool, home: &Path) -> Ru
     let source = ImportSource {
         dir: dir.to_path_buf(),
         reference: reference.map(Path::to_path_buf),
+        mmproj: None,
         fetch: None,
         repair,
     };

@@ -65,6 +65,7 @@ struct Data {
     files: Option<Frame>,
     semantics: Option<Frame>,
     agreement: Option<Frame>,
+    towers: Option<Frame>,
     tiles: Option<Frame>,
     tensors: Option<Frame>,
     blocks: Option<Frame>,
@@ -110,26 +111,23 @@ impl Data {
             &["verification"],
             queries::agreement(p, with_repair),
         )?;
+        let towers =
+            run("Agreement", &["verification"], queries::towers(p))?.filter(|f| f.rows() > 0);
         let tiles = run("Tiles", &["tensors"], queries::tiles(p))?;
         let tensors = run("Tensors", &["tensors", "tensor_stats"], queries::tensors(p))?;
         let blocks = run("Tensors", &["block_stats"], queries::blocks(p))?;
         let runs = run("Runs", &["runs"], queries::runs(p))?;
         let imports = run("Changes", &["verification_history"], queries::imports(p))?;
-        let diff = match &imports {
-            Some(f) if f.rows() >= 2 => {
-                let (after, before) = (f.text(0, "import_key"), f.text(1, "import_key"));
-                match (after, before) {
-                    (Some(a), Some(b)) => {
-                        let (a, b) = (a.to_string(), b.to_string());
-                        run(
-                            "Changes",
-                            &["verification_history"],
-                            queries::diff(p, &b, &a),
-                        )?
-                        .map(|f| (b, a, f))
-                    }
-                    _ => None,
-                }
+        // The newest import against the one before it.
+        let last_two = imports
+            .as_ref()
+            .filter(|f| f.rows() >= 2)
+            .map(|f| (f.text(0, "import_key"), f.text(1, "import_key")));
+        let diff = match last_two {
+            Some((Some(a), Some(b))) => {
+                let (a, b) = (a.to_string(), b.to_string());
+                let sql = queries::diff(p, &b, &a);
+                run("Changes", &["verification_history"], sql)?.map(|f| (b, a, f))
             }
             _ => None,
         };
@@ -214,6 +212,7 @@ impl Data {
             files,
             semantics,
             agreement,
+            towers,
             tiles,
             tensors,
             blocks,

@@ -102,6 +102,10 @@ fn provenance(d: &Data, s: &mut String) -> Result<()> {
 /// Every comparison with its reference, failing and repaired first.
 fn agreement(d: &Data, s: &mut String) -> Result<()> {
     s.push_str("<h2 id=\"agreement-section\">Agreement with the reference</h2>");
+    if let Some(t) = &d.towers {
+        s.push_str("<p>Towers: each file beside model.q4nx has its own verdict against the mmproj GGUF; a tower that fails leaves the language model usable, as text only.</p>");
+        s.push_str(&html::scroll(&html::table(t, "towers", &|_| String::new())));
+    }
     match &d.agreement {
         Some(a) => {
             let fails = (0..a.rows())

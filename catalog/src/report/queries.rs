@@ -47,7 +47,22 @@ pub fn agreement(p: &str, with_repair: bool) -> String {
         ("", String::new(), "")
     };
     format!(
-        "SELECT v.tensor, v.reference, v.reading, v.corr, v.rel_l2, v.max_err, v.verdict, v.reason{repair_cols}\nFROM verification v{repair_join}\nWHERE v.pack = {} AND v.verdict <> 'candidate'\nORDER BY CASE WHEN v.verdict = 'fail' THEN 0 {repaired}WHEN v.verdict = 'flag' THEN 2\n  WHEN v.verdict = 'skipped' THEN 3 ELSE 4 END, v.corr ASC NULLS FIRST, v.tensor, v.reference",
+        "SELECT v.file, v.tensor, v.reference, v.reading, v.corr, v.rel_l2, v.max_err, v.verdict, v.reason{repair_cols}\nFROM verification v{repair_join}\nWHERE v.pack = {} AND v.verdict <> 'candidate'\nORDER BY CASE WHEN v.verdict = 'fail' THEN 0 {repaired}WHEN v.verdict = 'flag' THEN 2\n  WHEN v.verdict = 'skipped' THEN 3 ELSE 4 END, v.corr ASC NULLS FIRST, v.tensor, v.reference",
+        lit(p)
+    )
+}
+
+/// Each tower file's verdict from its verification rows (the language file's is the pack's):
+/// a tower that fails or has no mmproj leaves the language model usable, served as text only.
+pub fn towers(p: &str) -> String {
+    let count = |v: &str| format!("sum(CASE WHEN verdict = '{v}' THEN 1 ELSE 0 END)");
+    format!(
+        "SELECT file, count(*) AS tensors, {} AS passed, {} AS failed, {} AS unreferenced,\n  CASE WHEN {} > 0 THEN 'refused: the pack serves text only'\n    WHEN {} > 0 THEN 'unverified: give --mmproj GGUF' ELSE 'verified' END AS verdict\nFROM verification WHERE pack = {} AND file <> 'model.q4nx' AND verdict <> 'candidate'\nGROUP BY file ORDER BY file",
+        count("pass"),
+        count("fail"),
+        count("skipped"),
+        count("fail"),
+        count("skipped"),
         lit(p)
     )
 }
@@ -55,7 +70,7 @@ pub fn agreement(p: &str, with_repair: bool) -> String {
 /// Tile kinds and padding per layer.
 pub fn tiles(p: &str) -> String {
     format!(
-        "SELECT layer, kind, count(*) AS tensors, sum(bytes) AS bytes,\n  sum(rows * (padded_k - k)) AS pad_values, sum(rows * padded_k) AS stored_values\nFROM tensors WHERE pack = {}\nGROUP BY layer, kind ORDER BY layer NULLS FIRST, kind",
+        "SELECT file, layer, kind, count(*) AS tensors, sum(bytes) AS bytes,\n  sum(rows * (padded_k - k)) AS pad_values, sum(rows * padded_k) AS stored_values\nFROM tensors WHERE pack = {}\nGROUP BY file, layer, kind ORDER BY file, layer NULLS FIRST, kind",
         lit(p)
     )
 }
@@ -63,7 +78,7 @@ pub fn tiles(p: &str) -> String {
 /// Every tensor with its detection evidence and value statistics (the picker's list).
 pub fn tensors(p: &str) -> String {
     format!(
-        "SELECT t.name, t.layer, t.role, t.kind, t.rows, t.k, t.padded_k, t.bytes, t.evidence,\n  s.min, s.max, s.absmax, s.rms, s.std, s.nan_count, s.inf_count, s.pad_nonzero\nFROM tensors t LEFT JOIN tensor_stats s ON s.pack = t.pack AND s.name = t.name\nWHERE t.pack = {}\nORDER BY t.layer NULLS FIRST, t.name",
+        "SELECT t.name, t.file, t.layer, t.role, t.kind, t.rows, t.k, t.padded_k, t.bytes, t.evidence,\n  s.min, s.max, s.absmax, s.rms, s.std, s.nan_count, s.inf_count, s.pad_nonzero\nFROM tensors t LEFT JOIN tensor_stats s ON s.pack = t.pack AND s.file = t.file AND s.name = t.name\nWHERE t.pack = {}\nORDER BY t.file, t.layer NULLS FIRST, t.name",
         lit(p)
     )
 }
@@ -96,10 +111,11 @@ pub fn runs(p: &str) -> String {
     )
 }
 
-/// The verify-stage imports of the pack, newest first (the current one flagged).
+/// The verify-stage imports of the pack's language file, newest first (the current one flagged);
+/// a tower's imports are its own and are not compared with these.
 pub fn imports(p: &str) -> String {
     format!(
-        "SELECT import_key, first_run, last_run, bool_or(current) AS current, count(*) AS rows\nFROM verification_history WHERE pack = {}\nGROUP BY import_key, first_run, last_run ORDER BY current DESC, last_run DESC",
+        "SELECT import_key, first_run, last_run, bool_or(current) AS current, count(*) AS rows\nFROM verification_history WHERE pack = {} AND file = 'model.q4nx'\nGROUP BY import_key, first_run, last_run ORDER BY current DESC, last_run DESC",
         lit(p)
     )
 }

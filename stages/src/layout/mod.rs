@@ -4,11 +4,13 @@
 
 pub mod detect;
 pub mod geometry;
+pub mod mm_block;
 pub mod reader;
 
 use serde::{Deserialize, Serialize};
 
 use crate::format::tiles::{Codes, TileKind};
+use mm_block::MmBlock;
 
 /// How a tensor's bytes are laid out.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -27,6 +29,15 @@ pub enum Layout {
         /// RB × R.
         padded_rows: u64,
         /// CT × C.
+        padded_k: u64,
+    },
+    /// A tower's bf16 projection in MM blocks ([`mm_block`]), zero-padded.
+    MmBlock {
+        /// The block geometry.
+        block: MmBlock,
+        /// Rows with the padding (N').
+        padded_rows: u64,
+        /// Row width with the padding (K').
         padded_k: u64,
     },
 }
@@ -74,11 +85,21 @@ pub struct TensorLayout {
 }
 
 impl TensorLayout {
+    /// What the `tensors` table and the verification call the reading: the tile kind, `plain`, or
+    /// `mm_block_256x64`.
+    pub fn reading(&self) -> String {
+        match self.layout {
+            Layout::Tiled { kind, .. } => kind.name().to_string(),
+            Layout::Plain => "plain".into(),
+            Layout::MmBlock { block, .. } => format!("mm_block_{}", block.name()),
+        }
+    }
+
     /// The tile kind, for tiled tensors.
     pub fn kind(&self) -> Option<TileKind> {
         match self.layout {
             Layout::Tiled { kind, .. } => Some(kind),
-            Layout::Plain => None,
+            Layout::Plain | Layout::MmBlock { .. } => None,
         }
     }
 }

@@ -108,6 +108,7 @@ impl<'a> TensorRows<'a> {
         match &self.layout.layout {
             Layout::Tiled { kind, .. } => kind.rows(),
             Layout::Plain => 32,
+            Layout::MmBlock { block, .. } => block.mm_n as usize,
         }
     }
 
@@ -162,6 +163,21 @@ impl<'a> TensorRows<'a> {
                 }
             }
             Layout::Plain => self.plain_rows(r0, r0 + n, out),
+            Layout::MmBlock {
+                block, padded_k, ..
+            } => {
+                let blocks_k = padded_k / block.mm_k;
+                let mut row = Vec::new();
+                for r in r0..r0 + br {
+                    block.read_row(self.data, blocks_k, r as u64, &mut row);
+                    if r < r0 + n {
+                        out.extend_from_slice(&row[..k.min(row.len())]);
+                        pad.extend_from_slice(&row[k.min(row.len())..]);
+                    } else {
+                        pad.extend_from_slice(&row);
+                    }
+                }
+            }
         }
         n
     }

@@ -46,6 +46,17 @@ impl Stage for DequantStage {
         vec!["tables".into()]
     }
     fn run(&self, ctx: &mut StageContext<'_>) -> Result<(), StageError> {
+        write_dequant_tables(ctx)
+    }
+    fn id(&self) -> StageId<'_> {
+        Self::ID
+    }
+}
+
+/// The dequant tables of the container at input `model` with the layouts at input `layouts`,
+/// into output `tables`: the language file's stage and each tower's run this.
+pub(crate) fn write_dequant_tables(ctx: &mut StageContext<'_>) -> Result<(), StageError> {
+    {
         let container = Container::open(ctx.input("model")?)?;
         let layouts: Vec<TensorLayout> =
             serde_json::from_slice(&fs_err::read(ctx.input("layouts")?)?)?;
@@ -66,9 +77,6 @@ impl Stage for DequantStage {
             ],
         )?;
         Ok(())
-    }
-    fn id(&self) -> StageId<'_> {
-        Self::ID
     }
 }
 
@@ -111,6 +119,11 @@ pub fn tensors_table(layouts: &[TensorLayout]) -> Result<RecordBatch> {
                 kind.append_value(kd.name());
                 padded_k.append_value(*pk);
                 tiles.append_value(row_blocks * col_tiles);
+            }
+            Layout::MmBlock { padded_k: pk, .. } => {
+                kind.append_value(l.reading());
+                padded_k.append_value(*pk);
+                tiles.append_null();
             }
         }
         rows.append_value(l.rows);

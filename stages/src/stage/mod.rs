@@ -11,6 +11,7 @@ pub mod kernels;
 pub mod repack;
 pub mod repair;
 pub mod semantics;
+pub mod tower;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use crate::layout::geometry::Geometry;
 
 /// The repository files the detect, verify and repair stages read: `model.q4nx`, config.json and
 /// the GGUF reference when there are, and the inputs every stage of the graph shares.
+#[derive(Clone)]
 pub struct RepoInputs {
     /// Inputs every stage of the graph shares (the fetch record).
     pub extra: Vec<Input>,

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use onebit_pack::manifest::{
-    EMBEDDING_NAMES, FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Provenance, VERSION, Verification,
+    EMBEDDING_NAMES, FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Provenance, Tower, VERSION,
+    Verification,
 };
 use onebit_pack::{TileLayout, scan};
 use onebit_pipeline::{Input, Stage, StageContext, StageError, StageId};
@@ -21,6 +22,7 @@ use crate::format::q4nx::{Container, Dtype};
 use crate::layout::TensorLayout;
 use crate::model_spec::{model_spec, tensor_entries};
 use crate::semantics::Semantics;
+use crate::tower::{TowerKind, not_served, stage_name};
 use crate::verify::PackVerdict;
 
 /// The re-pack stage.
@@ -37,6 +39,8 @@ pub struct RepackStage {
     pub reference: Option<PathBuf>,
     /// Pack the repair stage's bytes, layouts and verdict instead of the repository's.
     pub repaired: bool,
+    /// The tower files the repository ships, each verified by its own `verify:FILE` stage.
+    pub towers: Vec<(String, TowerKind)>,
 }
 
 impl RepackStage {
@@ -77,6 +81,17 @@ impl Stage for RepackStage {
             self.dir.join("tokenizer.json"),
         ));
         v.push(Input::artifact("semantics", "semantics", "semantics.json"));
+        for (file, _) in &self.towers {
+            v.push(Input::external(
+                &format!("tower:{file}"),
+                self.dir.join(file),
+            ));
+            v.push(Input::artifact(
+                &format!("tower-verification:{file}"),
+                &stage_name("verify", file),
+                "verification",
+            ));
+        }
         v.extend(self.extra.iter().cloned());
         v
     }
@@ -154,6 +169,7 @@ impl Stage for RepackStage {
             chat_template,
             decisions: all_decisions,
             head_scan: None,
+            towers: self.pack_towers(ctx, &out)?,
         };
         fs_err::write(
             out.join("manifest.json"),
@@ -180,6 +196,38 @@ impl Stage for RepackStage {
 /// Writes the host's 2-bit scan head ([`onebit_pack::scan`]) into the pack folder `out`
 /// when the head is tied and stored as tiles: the host then scans it and re-scores the best
 /// candidates against the bf16 embedding. Returns its manifest entry and the decision.
+impl RepackStage {
+    /// Links each tower file into the pack beside `model.q4nx` and records its verdict.
+    fn pack_towers(&self, ctx: &StageContext<'_>, out: &Path) -> Result<Vec<Tower>, StageError> {
+        let mut towers = Vec::new();
+        for (file, kind) in &self.towers {
+            let source = fs_err::canonicalize(ctx.input(&format!("tower:{file}"))?)?;
+            let target = out.join(file);
+            if fs_err::hard_link(&source, &target).is_err() {
+                fs_err::copy(&source, &target)?;
+            }
+            let verdict: PackVerdict = serde_json::from_slice(&fs_err::read(
+                ctx.input(&format!("tower-verification:{file}"))?
+                    .join("verdict.json"),
+            )?)?;
+            let mut h = blake3::Hasher::new();
+            h.update_mmap_rayon(&source)?;
+            let note = not_served(*kind);
+            towers.push(Tower {
+                file: file.clone(),
+                kind: kind.as_str().to_string(),
+                verified: verdict.verified,
+                tensors: Container::open(&source)?.tensors().len(),
+                summary: verdict.summary,
+                served: note.is_none(),
+                not_served: note.map(str::to_string),
+                blake3: h.finalize().to_hex().to_string(),
+            });
+        }
+        Ok(towers)
+    }
+}
+
 fn head_scan(out: &Path, manifest: &Manifest) -> Result<Option<(HeadScan, String)>, StageError> {
     let Some(spec) = &manifest.model else {
         return Ok(None);

@@ -203,6 +203,26 @@ impl PairStats {
         }
     }
 
+    /// Share of pack values equal to the reference rounded to bf16.
+    pub fn bf16_exact_fraction(&self) -> f64 {
+        self.bf16_exact as f64 / self.n.max(1) as f64
+    }
+
+    /// Σ(x−y)².
+    pub fn sdd(&self) -> f64 {
+        self.sdd
+    }
+
+    /// Σy².
+    pub fn syy(&self) -> f64 {
+        self.syy
+    }
+
+    /// Writes the metrics into a verification row.
+    pub fn fill_row(&self, row: &mut VerifyRow) {
+        self.fill(row)
+    }
+
     fn fill(&self, row: &mut VerifyRow) {
         row.compared = self.n;
         row.corr = Some(self.corr());

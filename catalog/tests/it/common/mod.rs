@@ -17,6 +17,7 @@ pub fn import(store: &Store, name: &str, dir: &Path, reference: Option<PathBuf>)
     let source = ImportSource {
         dir: dir.to_path_buf(),
         reference,
+        mmproj: None,
         fetch: None,
         repair: false,
     };

@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""Independent oracles for the vision towers FastFlowLM's repositories ship (`vision_weight.q4nx`).
+
+For each case: a tiny random-weight vision-language model made by HF transformers from a config
+shaped like the real one (Gemma 3 with a SigLIP tower; Qwen3.5 with its ViT and merger), norms and
+biases perturbed away from their defaults so a wrong reading shows; its mmproj GGUF made by
+llama.cpp's own `convert_hf_to_gguf.py --mmproj` (the llama.cpp vendored in the
+`llama-cpp-python==0.3.36` source package, with its gguf-py), in F16 as llama.cpp publishes them;
+the tower file made from that GGUF by FastFlowLM's own converter (`convert.py -t vision`, from a
+checkout of FastFlowLM/FLM_Q4NX_Converter; its code is not part of this repository); and, for
+Gemma 3, a fixed image, the pixel values transformers' Gemma 3 processor makes of it and the image
+features the model's tower and projector give from the weights as the tower file stores them.
+
+Usage (needs torch, transformers, einops, safetensors, pillow, numpy; the outputs are committed,
+CI never runs it):
+
+    python scripts/oracle/towers.py --llama-cpp DIR/llama.cpp --flm DIR/FLM_Q4NX_Converter \
+        --out tests/fixtures/towers [CASE ...]
+
+Each case writes `tests/fixtures/towers/CASE/`: `hf/config.json` (the model's config as the hub
+spells it), `mmproj-f16.gguf`, `vision_weight.q4nx`, and `reference.json` (dimensions, the
+converter's block geometry, and for Gemma 3 the image's pixel values and features).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SEED = 20261207
+
+# The text side every case shares the dimensions of with tests/fixtures/oracle (the projector's
+# output width is the text model's hidden size).
+GEMMA3_TEXT = {
+    "hidden_size": 128,
+    "intermediate_size": 320,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "query_pre_attn_scalar": 32,
+    "sliding_window": 8,
+    "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+    "max_position_embeddings": 32768,
+    "vocab_size": 384,
+    "rms_norm_eps": 1e-06,
+    "model_type": "gemma3_text",
+}
+
+
+def gemma3_config() -> dict:
+    """Gemma 3 4B's shape, shrunk: SigLIP (LayerNorm, GELU-tanh, biases), average pooling of the
+    patch grid to `mm_tokens_per_image`, the soft-embedding RMS norm and the input projection.
+    Widths 192 and 320 are not multiples of the converter's 256-wide blocks (neither are the real
+    model's 1152 and 4304), so the zero padding is exercised."""
+    return {
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "model_type": "gemma3",
+        "boi_token_index": 380,
+        "eoi_token_index": 381,
+        "image_token_index": 382,
+        "mm_tokens_per_image": 4,
+        "initializer_range": 0.035,
+        "torch_dtype": "float32",
+        "text_config": GEMMA3_TEXT,
+        "vision_config": {
+            "model_type": "siglip_vision_model",
+            "hidden_size": 192,
+            "intermediate_size": 320,
+            "num_attention_heads": 3,
+            "num_hidden_layers": 2,
+            "image_size": 56,
+            "patch_size": 14,
+            "layer_norm_eps": 1e-06,
+            "vision_use_head": False,
+            "hidden_act": "gelu_pytorch_tanh",
+        },
+    }
+
+
+def gemma3_preprocessor() -> dict:
+    """transformers' Gemma 3 processor settings of the real repository, at the tiny image size."""
+    return {
+        "image_processor_type": "Gemma3ImageProcessor",
+        "processor_class": "Gemma3Processor",
+        "do_convert_rgb": None,
+        "do_normalize": True,
+        "do_pan_and_scan": None,
+        "do_rescale": True,
+        "do_resize": True,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "image_seq_length": 4,
+        "resample": 2,
+        "rescale_factor": 0.00392156862745098,
+        "size": {"height": 56, "width": 56},
+    }
+
+
+def perturb(model: torch.nn.Module) -> None:
+    """Norm weights 1 + 0.05·N(0,1), biases 0.02·N(0,1), matrices left at zero 0.035·N(0,1): the
+    defaults (1 and 0) would hide a misplaced or missing norm, bias or projection."""
+    g = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1 and ("norm" in name or "ln" in name) and name.endswith("weight"):
+                p.copy_(1 + 0.05 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(0.02 * torch.randn(p.shape, generator=g))
+            elif p.ndim >= 2 and not bool(p.any()):
+                # Left at zero by the model's init (Gemma 3's input projection): random like the
+                # other projections, or the features would all be zero.
+                p.copy_(0.035 * torch.randn(p.shape, generator=g))
+            elif "soft_emb_norm" in name:
+                # Gemma3RMSNorm multiplies by (1 + w): perturb w around 0.
+                p.copy_(0.05 * torch.randn(p.shape, generator=g))
+
+
+def run_converter(llama_cpp: Path, hf: Path, dest: Path) -> None:
+    """llama.cpp's convert_hf_to_gguf.py --mmproj, F16 (llama.cpp's published mmproj files)."""
+    wrapper = f"""
+import sys
+sys.path.insert(0, {str(llama_cpp)!r})
+sys.path.insert(0, {str(llama_cpp / 'gguf-py')!r})
+sys.argv = ['convert_hf_to_gguf.py', {str(hf)!r}, '--mmproj', '--outtype', 'f16', '--outfile', {str(dest)!r}]
+import runpy
+runpy.run_path({str(llama_cpp / 'convert_hf_to_gguf.py')!r}, run_name='__main__')
+"""
+    subprocess.run([sys.executable, "-c", wrapper], check=True)
+
+
+def run_flm(flm: Path, gguf: Path, dest: Path, arch: str) -> None:
+    """FastFlowLM's converter, `-t vision`, from its own folder (it reads `configs/` there); it
+    always writes `model.q4nx`, which the repositories ship as `vision_weight.q4nx`."""
+    # convert.py's `__main__` replaces the command line with a debugging one at this commit
+    # (dd0993c), so its conversion function is called as `main()` would.
+    call = (
+        "import sys; sys.path.insert(0, '.'); from q4nx import create_converter; "
+        f"create_converter({str(gguf)!r}, {arch!r}).convert(q4nx_path=sys.argv[1], weights_type='vision')"
+    )
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, "-c", call, out], cwd=flm, check=True)
+        shutil.copyfile(Path(out) / "model.q4nx", dest)
+
+
+def hub_names(path: Path) -> None:
+    """Renames the checkpoint's tensors to the hub's spelling (`vision_tower.vision_model.…`, as
+    google/gemma-3-4b-it has them and llama.cpp's converter maps them); transformers 5 saves the
+    tower without the `vision_model` level."""
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(path)
+    renamed = {}
+    for k, v in t.items():
+        if k.startswith("vision_tower.") and not k.startswith("vision_tower.vision_model."):
+            k = "vision_tower.vision_model." + k[len("vision_tower."):]
+        renamed[k] = v.contiguous()
+    save_file(renamed, path, metadata={"format": "pt"})
+
+
+def bf16_weights_from_gguf(path: Path) -> dict[str, torch.Tensor]:
+    """The mmproj's tensors as the tower stores them: rounded to bf16 (round to nearest even, as
+    torch does), then widened to f32 for the reference computation."""
+    import gguf
+
+    r = gguf.GGUFReader(path)
+    out = {}
+    for t in r.tensors:
+        a = np.array(t.data, dtype=np.float32).reshape([int(x) for x in reversed(t.shape.tolist())])
+        out[t.name] = torch.from_numpy(a).to(torch.bfloat16).to(torch.float32)
+    return out
+
+
+def fixed_image():
+    """An 80×60 RGB image with gradients and a block of colour: not square (the processor
+    resizes), and different in each channel (a channel-order mix-up shows)."""
+    from PIL import Image
+
+    x = np.arange(80)[None, :].repeat(60, 0)
+    y = np.arange(60)[:, None].repeat(80, 1)
+    rgb = np.stack([(x * 3) % 256, (y * 4) % 256, ((x + y) * 2) % 256], axis=-1).astype(np.uint8)
+    rgb[10:30, 20:50] = [200, 30, 90]
+    return Image.fromarray(rgb, "RGB")
+
+
+def gemma3_case(out: Path, llama_cpp: Path, flm: Path) -> None:
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor
+
+    torch.manual_seed(SEED)
+    cfg = gemma3_config()
+    model = Gemma3ForConditionalGeneration(Gemma3Config(**cfg)).eval()
+    perturb(model)
+    hf = out / "hf"
+    hf.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        full = Path(tmp) / "hf"
+        model.save_pretrained(full)
+        hub_names(full / "model.safetensors")
+        (full / "preprocessor_config.json").write_text(json.dumps(gemma3_preprocessor(), indent=2))
+        run_converter(llama_cpp, full, out / "mmproj-f16.gguf")
+    (hf / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (hf / "preprocessor_config.json").write_text(json.dumps(gemma3_preprocessor(), indent=2) + "\n")
+    run_flm(flm, out / "mmproj-f16.gguf", out / "vision_weight.q4nx", "gemma3")
+
+    # The reference: the tower and projector of transformers on the weights as the tower stores
+    # them (the mmproj's F16 values rounded to bf16).
+    w = bf16_weights_from_gguf(out / "mmproj-f16.gguf")
+    sd = model.state_dict()
+    names = gguf_to_hf_gemma3(cfg)
+    with torch.no_grad():
+        for g, h in names.items():
+            v = w[g]
+            if g == "mm.soft_emb_norm.weight":
+                v = v - 1  # the GGUF stores 1 + w (llama.cpp's converter adds it)
+            sd[h].copy_(v.reshape(sd[h].shape))
+    model.load_state_dict(sd)
+    image = fixed_image()
+    image.save(out / "image.png")
+    proc = Gemma3ImageProcessor(**{k: v for k, v in gemma3_preprocessor().items() if k not in ("image_processor_type", "processor_class", "image_seq_length")})
+    pixels = proc(images=image, return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        feats = model.model.get_image_features(pixel_values=pixels)
+        if hasattr(feats, "pooler_output"):
+            feats = feats.pooler_output
+        if isinstance(feats, (list, tuple)):
+            feats = feats[0]
+    ref = {
+        "family": "gemma3",
+        "converter": {"vision_MM_K": 256, "vision_MM_N": 64},
+        "image": "image.png",
+        "pixel_values_shape": list(pixels.shape),
+        "pixel_values": [round(float(x), 6) for x in pixels.flatten()],
+        "features_shape": list(feats.shape),
+        "features": [round(float(x), 6) for x in feats.flatten()],
+    }
+    (out / "reference.json").write_text(json.dumps(ref) + "\n")
+
+
+def gguf_to_hf_gemma3(cfg: dict) -> dict[str, str]:
+    """The mmproj's tensor names and the transformers parameters they come from (llama.cpp's
+    MMPROJ name table, for the tensors a Gemma 3 tower has)."""
+    v = "model.vision_tower"
+    m = {
+        "v.patch_embd.weight": f"{v}.embeddings.patch_embedding.weight",
+        "v.patch_embd.bias": f"{v}.embeddings.patch_embedding.bias",
+        "v.position_embd.weight": f"{v}.embeddings.position_embedding.weight",
+        "v.post_ln.weight": f"{v}.post_layernorm.weight",
+        "v.post_ln.bias": f"{v}.post_layernorm.bias",
+        "mm.input_projection.weight": "model.multi_modal_projector.mm_input_projection_weight",
+        "mm.soft_emb_norm.weight": "model.multi_modal_projector.mm_soft_emb_norm.weight",
+    }
+    per = {
+        "attn_q": "self_attn.q_proj",
+        "attn_k": "self_attn.k_proj",
+        "attn_v": "self_attn.v_proj",
+        "attn_out": "self_attn.out_proj",
+        "ffn_up": "mlp.fc1",
+        "ffn_down": "mlp.fc2",
+        "ln1": "layer_norm1",
+        "ln2": "layer_norm2",
+    }
+    for i in range(cfg["vision_config"]["num_hidden_layers"]):
+        for g, h in per.items():
+            for s in ("weight", "bias"):
+                m[f"v.blk.{i}.{g}.{s}"] = f"{v}.encoder.layers.{i}.{h}.{s}"
+    return m
+
+
+def qwen35_config() -> dict:
+    """Qwen3.5 2B's shape, shrunk: the ViT (16-pixel patches, two frames per temporal patch,
+    2 × 2 merge, learned positions on a 4 × 4 grid) and the merger into the text model of the
+    `qwen35` oracle (hidden 128). FastFlowLM converts a 2B's tower in 512 × 64 blocks: every
+    width here (128, 320, 384, 512) pads to 512, so the file stays a few megabytes."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from generate import qwen35_config as text
+
+    t = text()
+    t.pop("architectures", None)
+    t["model_type"] = "qwen3_5_text"
+    return {
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "image_token_id": 380,
+        "video_token_id": 381,
+        "vision_start_token_id": 382,
+        "vision_end_token_id": 383,
+        "tie_word_embeddings": True,
+        "text_config": t,
+        "vision_config": {
+            "model_type": "qwen3_5",
+            "deepstack_visual_indexes": [],
+            "depth": 2,
+            "hidden_act": "gelu_pytorch_tanh",
+            "hidden_size": 128,
+            "in_channels": 3,
+            "initializer_range": 0.035,
+            "intermediate_size": 320,
+            "num_heads": 2,
+            "num_position_embeddings": 16,
+            "out_hidden_size": t["hidden_size"],
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
+    }
+
+
+def qwen35_preprocessor() -> dict:
+    """Qwen's image processor settings (Qwen3.5's repositories), small images."""
+    return {
+        "image_processor_type": "Qwen2VLImageProcessorFast",
+        "processor_class": "Qwen3VLProcessor",
+        "do_convert_rgb": True,
+        "do_normalize": True,
+        "do_rescale": True,
+        "do_resize": True,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "merge_size": 2,
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "size": {"longest_edge": 16384, "shortest_edge": 4096},
+    }
+
+
+def qwen35_case(out: Path, llama_cpp: Path, flm: Path) -> None:
+    """The tower only (its mmproj and FastFlowLM's file, as a 2B's): Qwen3.5's images are not
+    served yet, so no image reference."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    torch.manual_seed(SEED + 2)
+    cfg = qwen35_config()
+    model = Qwen3_5ForConditionalGeneration(Qwen3_5Config(**cfg)).eval()
+    perturb(model)
+    hf = out / "hf"
+    hf.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        full = Path(tmp) / "hf"
+        model.save_pretrained(full)
+        (full / "preprocessor_config.json").write_text(json.dumps(qwen35_preprocessor(), indent=2))
+        run_converter(llama_cpp, full, out / "mmproj-f16.gguf")
+    (hf / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    run_flm(flm, out / "mmproj-f16.gguf", out / "vision_weight.q4nx", "qwen3.5-2B")
+    ref = {"family": "qwen35", "converter": {"vision_MM_K": 512, "vision_MM_N": 64}}
+    (out / "reference.json").write_text(json.dumps(ref) + "\n")
+
+
+CASES = {"gemma3": gemma3_case, "qwen35": qwen35_case}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--llama-cpp", type=Path, required=True)
+    p.add_argument("--flm", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("cases", nargs="*", default=list(CASES))
+    a = p.parse_args()
+    sys.path.insert(0, str(a.llama_cpp / "gguf-py"))
+    for case in a.cases:
+        CASES[case](a.out / case, a.llama_cpp, a.flm)
+
+
+if __name__ == "__main__":
+    main()
