@@ -6,6 +6,8 @@
 //!
 //! - [`tiles`]: the one table of tile kinds (q4nx-format §2): geometry, byte sizes, lane bands,
 //!   code and scale planes. The import's readers and writers and the host kernels all read it.
+//! - [`mm_block`]: the MM-block layout of the towers' projections (q4nx-format §6), which the
+//!   import reads and verifies and the host's vision encoder unblocks.
 //! - [`manifest`]: `manifest.json`, the pack's description, provenance and verdict.
 //! - [`spec`]: what the forward pass needs to know about a model.
 //! - [`scan`]: the encoding of the host's 2-bit scan head.
@@ -14,6 +16,7 @@
 
 pub mod host;
 pub mod manifest;
+pub mod mm_block;
 pub mod scan;
 pub mod spec;
 pub mod tiles;

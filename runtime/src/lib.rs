@@ -5,8 +5,9 @@
 //! kernels of `onebit-kernels`, or the NPU through XRT: [`backend`], [`npu`], [`device`]) and runs
 //! the forward pass with its KV cache ([`model`]). Around it: text in and out ([`text`]),
 //! sampling ([`sample`]), grammar-constrained decoding ([`grammar`]), the generation loop
-//! ([`generate`]), log-probabilities ([`logprobs`]), embeddings ([`embed`]) and the comparison
-//! with a reference's logits ([`kld`]). Of the other onebit crates it depends on `onebit-pack`
+//! ([`generate`]), log-probabilities ([`logprobs`]), embeddings ([`embed`]), the comparison
+//! with a reference's logits ([`kld`]) and Gemma 3's image encoder from a pack's vision tower
+//! ([`vision`]). Of the other onebit crates it depends on `onebit-pack`
 //! and `onebit-kernels` only: everything the forward pass needs travels inside the pack. It
 //! knows nothing of HTTP (`onebit-serve` is built on its public face). [`HostKernels`] answers
 //! the import's kernels stage.
@@ -27,6 +28,7 @@ pub mod sample;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;
+pub mod vision;
 
 pub use error::{ContextExceeded, Error, Result};
 pub use host_check::HostKernels;

@@ -83,7 +83,7 @@ impl Pack {
         // SAFETY: read-only map of a store entry that is never written after it is published
         // (entries are replaced by rename, which leaves this mapping intact).
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| io_at(e, "map file", &wpath))?;
-        let stored = parse_header(dir, &mmap)?;
+        let stored = parse_header(&wpath, &mmap)?;
         let scan = match &manifest.head_scan {
             Some(h) => {
                 let spath = dir.join(&h.file);
@@ -223,10 +223,16 @@ impl Pack {
     }
 }
 
-fn parse_header(dir: &Path, b: &[u8]) -> Result<BTreeMap<String, Stored>> {
+/// The tensors of a q4nx container's header: name, dtype, shape and byte range in `b`, the whole
+/// file. `file` is the container (`DIR/model.q4nx`, a tower file), named in every error.
+pub(crate) fn parse_header(file: &Path, b: &[u8]) -> Result<BTreeMap<String, Stored>> {
+    let (dir, name) = match (file.parent(), file.file_name()) {
+        (Some(d), Some(n)) => (d.to_path_buf(), n.to_string_lossy().into_owned()),
+        _ => (file.to_path_buf(), String::new()),
+    };
     let bad = |what: String| Error::Pack {
-        pack: dir.to_path_buf(),
-        what: format!("model.q4nx: {what}"),
+        pack: dir.clone(),
+        what: format!("{name}: {what}"),
     };
     if b.len() < 8 {
         return Err(bad("shorter than its header length".into()));

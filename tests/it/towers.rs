@@ -166,6 +166,30 @@ fn run_with_mmproj_verifies_the_tower_and_a_failing_tower_leaves_text_usable() {
         status.contains("tower vision_weight.q4nx: refused: 1 of 39 tensors of vision_weight.q4nx fail verification: multi_modal_projector.mm_input_projection_weight (the pack serves text only)"),
         "{status}"
     );
+    // The report opens its agreement section with each tower's verdict.
+    let html = tmp.path().join("report.html");
+    ok(&run_in(
+        &home,
+        &["report", "--pack", "local/broken", "--out", s(&html)],
+    ));
+    let page = std::fs::read_to_string(&html).expect("report");
+    assert!(
+        page.contains("refused: the pack serves text only"),
+        "the towers table"
+    );
+    // A tower tensor's values, decoded from its blocks.
+    let values = ok(&run_in(
+        &home,
+        &[
+            "sql",
+            "--format",
+            "json",
+            "SELECT count(*) AS n, max(abs(value)) AS m FROM tensor_values('local/repo', 'multi_modal_projector.mm_input_projection_weight')",
+        ],
+    ));
+    let values: Vec<Value> = serde_json::from_str(&values).expect("json rows");
+    assert_eq!(values[0]["n"].as_u64(), Some(128 * 192));
+    assert!(values[0]["m"].as_f64().is_some_and(|m| m > 0.0));
     let out = ok(&run_in(
         &home,
         &[

@@ -4,8 +4,10 @@
 
 pub mod detect;
 pub mod geometry;
-pub mod mm_block;
 pub mod reader;
+
+/// The towers' MM-block layout, from the pack crate (the runtime reads it too).
+pub use onebit_pack::mm_block;
 
 use serde::{Deserialize, Serialize};
 
