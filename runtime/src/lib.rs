@@ -6,8 +6,8 @@
 //! the forward pass with its KV cache ([`model`]). Around it: text in and out ([`text`]),
 //! sampling ([`sample`]), grammar-constrained decoding ([`grammar`]), the generation loop
 //! ([`generate`]), log-probabilities ([`logprobs`]), embeddings ([`embed`]), the comparison
-//! with a reference's logits ([`kld`]) and Gemma 3's image encoder from a pack's vision tower
-//! ([`vision`]). Of the other onebit crates it depends on `onebit-pack`
+//! with a reference's logits ([`kld`]), and Gemma 3's image path: an image file to pixel values
+//! ([`image`]) and the encoder from a pack's vision tower ([`vision`]). Of the other onebit crates it depends on `onebit-pack`
 //! and `onebit-kernels` only: everything the forward pass needs travels inside the pack. It
 //! knows nothing of HTTP (`onebit-serve` is built on its public face). [`HostKernels`] answers
 //! the import's kernels stage.
@@ -19,6 +19,7 @@ pub mod error;
 pub mod generate;
 pub mod grammar;
 mod host_check;
+pub mod image;
 pub mod kld;
 pub mod logprobs;
 pub mod model;
