@@ -184,31 +184,14 @@ pub fn pixel_values(img: &Rgb8, size: usize, mean: [f32; 3], std: [f32; 3]) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vision::{GemmaVision, GemmaVisionConfig};
-    use std::path::PathBuf;
-
-    fn fixture() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/towers/gemma3")
-    }
-
-    fn floats(v: &serde_json::Value, key: &str) -> Vec<f32> {
-        v[key]
-            .as_array()
-            .expect("array")
-            .iter()
-            .filter_map(|x| x.as_f64())
-            .map(|x| x as f32)
-            .collect()
-    }
+    use crate::vision::GemmaVision;
+    use crate::vision::oracle::{config, fixture, floats, reference};
 
     /// The oracle's PNG through our decoder, Pillow's resize and transformers' rescale and
     /// normalization gives the processor's pixel values; through the encoder, its features.
     #[test]
     fn a_png_becomes_the_gemma3_processors_pixel_values_and_the_towers_features() {
-        let reference: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(fixture().join("reference.json")).expect("reference"),
-        )
-        .expect("json");
+        let reference = reference();
         let img =
             decode_png(&std::fs::read(fixture().join("image.png")).expect("png")).expect("decode");
         assert_eq!((img.width, img.height), (80, 60));
@@ -221,17 +204,8 @@ mod tests {
             .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
         // The reference is rounded to 6 decimals; one byte of difference would be 0.0078.
         assert!(worst <= 1e-6, "max |ours - processor| = {worst}");
-        let cfg = GemmaVisionConfig {
-            hidden: 192,
-            heads: 3,
-            layers: 2,
-            image: 56,
-            patch: 14,
-            eps: 1e-6,
-            tokens_per_image: 4,
-            text_hidden: 128,
-        };
-        let vision = GemmaVision::open(&fixture().join("vision_weight.q4nx"), cfg).expect("open");
+        let vision =
+            GemmaVision::open(&fixture().join("vision_weight.q4nx"), config(128)).expect("open");
         let features = vision.encode(&ours).expect("encode");
         let want = floats(&reference, "features");
         let worst = features

@@ -397,32 +397,38 @@ fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
 }
 
+/// The Gemma 3 tower oracle (`tests/fixtures/towers/gemma3`) for the image tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod oracle {
+    use std::path::PathBuf;
 
-    fn fixture() -> PathBuf {
+    use super::GemmaVisionConfig;
+
+    /// The oracle's folder.
+    pub fn fixture() -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/towers/gemma3")
     }
 
-    /// The oracle's tower and projector (transformers, f32, on the weights as the tower stores
-    /// them) against ours on the same pixel values.
-    #[test]
-    fn the_encoder_gives_transformers_image_features_from_the_oracles_tower() {
-        let reference: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(fixture().join("reference.json")).expect("reference"),
-        )
-        .expect("json");
-        let floats = |key: &str| -> Vec<f32> {
-            reference[key]
-                .as_array()
-                .expect("array")
-                .iter()
-                .filter_map(|v| v.as_f64())
-                .map(|v| v as f32)
-                .collect()
-        };
-        let cfg = GemmaVisionConfig {
+    /// Its reference.json.
+    pub fn reference() -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(fixture().join("reference.json")).expect("reference"))
+            .expect("json")
+    }
+
+    /// The numbers of array `key` of the reference.
+    pub fn floats(reference: &serde_json::Value, key: &str) -> Vec<f32> {
+        reference[key]
+            .as_array()
+            .expect("array")
+            .iter()
+            .filter_map(|v| v.as_f64())
+            .map(|v| v as f32)
+            .collect()
+    }
+
+    /// Its tower's geometry, projecting into a text model of `text_hidden`.
+    pub fn config(text_hidden: usize) -> GemmaVisionConfig {
+        GemmaVisionConfig {
             hidden: 192,
             heads: 3,
             layers: 2,
@@ -430,11 +436,27 @@ mod tests {
             patch: 14,
             eps: 1e-6,
             tokens_per_image: 4,
-            text_hidden: 128,
-        };
-        let vision = GemmaVision::open(&fixture().join("vision_weight.q4nx"), cfg).expect("open");
-        let ours = vision.encode(&floats("pixel_values")).expect("encode");
-        let theirs = floats("features");
+            text_hidden,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::oracle::{config, fixture, floats, reference};
+    use super::*;
+
+    /// The oracle's tower and projector (transformers, f32, on the weights as the tower stores
+    /// them) against ours on the same pixel values.
+    #[test]
+    fn the_encoder_gives_transformers_image_features_from_the_oracles_tower() {
+        let reference = reference();
+        let vision =
+            GemmaVision::open(&fixture().join("vision_weight.q4nx"), config(128)).expect("open");
+        let ours = vision
+            .encode(&floats(&reference, "pixel_values"))
+            .expect("encode");
+        let theirs = floats(&reference, "features");
         assert_eq!(ours.len(), theirs.len());
         let max_ref = theirs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let max_diff = ours
@@ -450,18 +472,8 @@ mod tests {
 
     #[test]
     fn a_tower_without_its_projector_is_refused_by_name() {
-        let cfg = GemmaVisionConfig {
-            hidden: 192,
-            heads: 3,
-            layers: 2,
-            image: 56,
-            patch: 14,
-            eps: 1e-6,
-            tokens_per_image: 4,
-            // A width the stored projector cannot be.
-            text_hidden: 512,
-        };
-        let err = GemmaVision::open(&fixture().join("vision_weight.q4nx"), cfg)
+        // A width the stored projector cannot be.
+        let err = GemmaVision::open(&fixture().join("vision_weight.q4nx"), config(512))
             .err()
             .expect("refused");
         assert!(

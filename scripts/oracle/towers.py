@@ -18,8 +18,9 @@ CI never runs it):
         --out tests/fixtures/towers [CASE ...]
 
 Each case writes `tests/fixtures/towers/CASE/`: `hf/config.json` (the model's config as the hub
-spells it), `mmproj-f16.gguf`, `vision_weight.q4nx`, and `reference.json` (dimensions, the
-converter's block geometry, and for Gemma 3 the image's pixel values and features).
+spells it), `mmproj-f16.gguf`, and `reference.json` (the converter's block geometry; for Gemma 3
+the image's pixel values and features, beside `vision_weight.q4nx` itself; for Qwen3.5 the size
+and sha256 of the converter's file, which is not kept: 5.6 MB).
 """
 
 from __future__ import annotations
@@ -350,8 +351,19 @@ def qwen35_case(out: Path, llama_cpp: Path, flm: Path) -> None:
         (full / "preprocessor_config.json").write_text(json.dumps(qwen35_preprocessor(), indent=2))
         run_converter(llama_cpp, full, out / "mmproj-f16.gguf")
     (hf / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    run_flm(flm, out / "mmproj-f16.gguf", out / "vision_weight.q4nx", "qwen3.5-2B")
-    ref = {"family": "qwen35", "converter": {"vision_MM_K": 512, "vision_MM_N": 64}}
+    # The converter's file is 5.6 MB (every width pads to 512): its size and sha256 are kept, and
+    # the test checks that ours, written from the same mmproj, is that file.
+    import hashlib
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tower = Path(tmp) / "vision_weight.q4nx"
+        run_flm(flm, out / "mmproj-f16.gguf", tower, "qwen3.5-2B")
+        data = tower.read_bytes()
+    ref = {
+        "family": "qwen35",
+        "converter": {"vision_MM_K": 512, "vision_MM_N": 64},
+        "flm_vision_weight": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
+    }
     (out / "reference.json").write_text(json.dumps(ref) + "\n")
 
 

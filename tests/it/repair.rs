@@ -3,7 +3,6 @@
 //! again, and answering like a pack converted correctly from the same GGUF.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use onebit_convert::ConvertOptions;
 use onebit_pipeline::{NullReporter, RunOptions, RunReport, Store, run_graph};
@@ -19,13 +18,7 @@ fn fixture(case: &str) -> PathBuf {
         .join(case)
 }
 
-fn run_in(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_onebit-pipe"))
-        .env("ONEBIT_HOME", home)
-        .args(args)
-        .output()
-        .expect("spawn onebit-pipe")
-}
+use super::support::run_in;
 
 /// The tensors FastFlowLM's converter broke in `llama-q80` (its expected.json): the tied head and
 /// every layer-0 projection, all from Q8_0 sources.

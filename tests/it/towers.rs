@@ -5,22 +5,14 @@
 //! answering, as text only.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-use super::support::oracle;
+use super::support::{oracle, run_in};
 
 fn towers() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/towers/gemma3")
-}
-
-fn run_in(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_onebit-pipe"))
-        .env("ONEBIT_HOME", home)
-        .args(args)
-        .output()
-        .expect("spawn onebit-pipe")
 }
 
 fn ok(out: &Output) -> String {
@@ -259,32 +251,36 @@ fn transpose_projector(path: &Path) {
     .expect("write");
 }
 
+/// Qwen3.5's tower as FastFlowLM's converter writes a 2B's (512 × 64 blocks, the merger's
+/// projections blocked too, the patch kernel's two temporal slices stacked back into one): ours
+/// is the converter's file byte for byte (its size and sha256 are in the fixture's
+/// reference.json, the 5.6 MB file itself is not kept), and it reads back and verifies against
+/// the mmproj bit for bit.
 #[test]
-fn the_qwen35_tower_is_written_as_fastflowlms_converter_writes_a_2b_byte_for_byte() {
+fn the_qwen35_tower_is_fastflowlms_2b_conversion_and_verifies_bit_for_bit() {
+    use onebit_stages::format::gguf::GgufFile;
+    use onebit_stages::format::q4nx::Container;
+    use onebit_stages::layout::Layout;
     use onebit_stages::layout::mm_block::MmBlock;
+    use onebit_stages::tower::detect::detect_tower;
     use onebit_stages::tower::names::TowerFamily;
+    use onebit_stages::tower::verify::verify_tower;
+    use sha2::{Digest, Sha256};
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/towers/qwen35");
+    let mmproj = dir.join("mmproj-f16.gguf");
     let tmp = tempfile::tempdir().expect("tmp");
     let out = tmp.path().join("vision_weight.q4nx");
     // A 2B's geometry, as `tower_geometry` decides it for hidden 2048 (the oracle's text model
     // is narrower).
     let (family, block, decision) =
-        onebit_convert::tower::tower_geometry(&dir.join("mmproj-f16.gguf"), "qwen35", 2048)
-            .expect("geometry");
-    assert_eq!(
-        (family, block),
-        (
-            TowerFamily::Qwen35,
-            MmBlock {
-                mm_k: 512,
-                mm_n: 64
-            }
-        )
-    );
+        onebit_convert::tower::tower_geometry(&mmproj, "qwen35", 2048).expect("geometry");
+    let wide = MmBlock {
+        mm_k: 512,
+        mm_n: 64,
+    };
+    assert_eq!((family, block), (TowerFamily::Qwen35, wide));
     assert!(decision.contains("qwen3.5 2B"), "{decision}");
-    let reports =
-        onebit_convert::tower::write_tower(&dir.join("mmproj-f16.gguf"), family, block, &out)
-            .expect("write");
+    let reports = onebit_convert::tower::write_tower(&mmproj, family, block, &out).expect("write");
     let stacked = reports
         .iter()
         .find(|r| r.name == "model.visual.patch_embed.proj.weight")
@@ -293,11 +289,61 @@ fn the_qwen35_tower_is_written_as_fastflowlms_converter_writes_a_2b_byte_for_byt
         stacked.source,
         "v.patch_embd.weight + v.patch_embd.weight.1"
     );
+    let reference: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("reference.json")).expect("reference"))
+            .expect("json");
     let ours = std::fs::read(&out).expect("ours");
-    let theirs = std::fs::read(dir.join("vision_weight.q4nx")).expect("theirs");
-    assert_eq!(ours.len(), theirs.len());
-    assert!(
-        ours == theirs,
-        "vision_weight.q4nx differs from FastFlowLM's"
+    let sha: String = Sha256::digest(&ours)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        Some(ours.len() as u64),
+        reference["flm_vision_weight"]["bytes"].as_u64()
     );
+    assert_eq!(
+        Some(sha.as_str()),
+        reference["flm_vision_weight"]["sha256"].as_str()
+    );
+
+    let c = Container::open(&out).expect("tower");
+    let g = GgufFile::open(&mmproj).expect("mmproj");
+    for gguf in [Some(&g), None] {
+        let layouts = detect_tower(&c, None, "vision", gguf).expect("detect");
+        let l = |name: &str| layouts.iter().find(|l| l.name == name).expect(name);
+        let qkv = l("model.visual.blocks.1.attn.qkv.weight");
+        assert_eq!((qkv.rows, qkv.k, qkv.layer), (384, 128, Some(1)));
+        assert_eq!(
+            qkv.layout,
+            Layout::MmBlock {
+                block: wide,
+                padded_rows: 512,
+                padded_k: 512
+            }
+        );
+        let fc1 = l("model.visual.merger.linear_fc1.weight");
+        assert_eq!((fc1.rows, fc1.k), (512, 512));
+        let fc2 = l("model.visual.merger.linear_fc2.weight");
+        assert_eq!((fc2.rows, fc2.k), (128, 512));
+        let patch = l("model.visual.patch_embed.proj.weight");
+        assert_eq!(patch.layout, Layout::Plain);
+        assert_eq!(patch.shape, vec![128, 3, 2, 16, 16]);
+    }
+    let layouts = detect_tower(&c, None, "vision", Some(&g)).expect("detect");
+    let (rows, verdict) =
+        verify_tower(&c, &layouts, Some(&g), "vision_weight.q4nx").expect("verify");
+    assert!(verdict.verified, "{}", verdict.summary);
+    for r in &rows {
+        assert_eq!(
+            r.reason, "every value is bf16(mmproj) bit for bit",
+            "{}",
+            r.tensor
+        );
+    }
+    // The stacked kernel was compared with both of the mmproj's slices.
+    let patch = rows
+        .iter()
+        .find(|r| r.tensor == "model.visual.patch_embed.proj.weight")
+        .expect("patch row");
+    assert_eq!(patch.compared, 128 * 3 * 2 * 16 * 16);
 }

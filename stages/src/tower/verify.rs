@@ -293,21 +293,8 @@ pub fn verify_tower(
 
 /// The row of a tower tensor the mmproj has and the file lacks.
 fn missing_row(tower: &str, twin: &str, file: &str) -> VerifyRow {
-    VerifyRow {
-        tensor: tower.to_string(),
-        reference: format!("mmproj:{twin}"),
-        reading: "absent".into(),
-        compared: 0,
-        corr: None,
-        rel_l1: None,
-        rel_l2: None,
-        max_err: None,
-        exact_fraction: None,
-        scale: None,
-        rms_ratio: None,
-        floor: None,
-        expected: None,
-        verdict: Verdict::Fail,
-        reason: format!("missing from {file}: the mmproj has {twin}"),
-    }
+    let mut row = VerifyRow::unmeasured(tower.into(), format!("mmproj:{twin}"), "absent".into());
+    row.verdict = Verdict::Fail;
+    row.reason = format!("missing from {file}: the mmproj has {twin}");
+    row
 }

@@ -91,12 +91,19 @@ impl VerifyRow {
     /// A row for `layout` against `reference`, with no numbers yet: `NO_REF` until a comparison
     /// fills it.
     pub fn new(layout: &TensorLayout, reference: String) -> VerifyRow {
+        let reading = layout
+            .kind()
+            .map_or("plain".into(), |k| k.name().to_string());
+        VerifyRow::unmeasured(layout.name.clone(), reference, reading)
+    }
+
+    /// A row for `tensor` read as `reading` against `reference`, with no numbers yet (`NO_REF`
+    /// until a comparison fills it or a verdict replaces it): also for a tensor the file lacks.
+    pub fn unmeasured(tensor: String, reference: String, reading: String) -> VerifyRow {
         VerifyRow {
-            tensor: layout.name.clone(),
+            tensor,
             reference,
-            reading: layout
-                .kind()
-                .map_or("plain".into(), |k| k.name().to_string()),
+            reading,
             compared: 0,
             corr: None,
             rel_l1: None,

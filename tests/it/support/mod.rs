@@ -58,6 +58,15 @@ pub fn spawn_server_logged(
     (child, addr, log)
 }
 
+/// Runs `onebit-pipe` with `args` in its own store at `home`.
+pub fn run_in(home: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_onebit-pipe"))
+        .env("ONEBIT_HOME", home)
+        .args(args)
+        .output()
+        .expect("spawn onebit-pipe")
+}
+
 /// `tests/fixtures/oracle/<case>`: an independent oracle (docs/oracles.md).
 pub fn oracle(case: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
