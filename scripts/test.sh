@@ -71,19 +71,20 @@ fi
 step "running every test, the ones needing the tools above included"
 run_tests --workspace --lib --tests | tee "$log"
 done_step
-# The NPU feature: the XRT shim compiled, bindgen's bindings, linked against libxrt_coreutil; the
-# runtime's unit tests with it on (the NPU backend and its refusals live there; the crates above
-# it only pass the feature through, and rebuilding their tests against it tested nothing new).
-# The binary's NPU code and every crate's lints with the feature run in .ci/run, after the
-# workspace's. Built with the whole workspace selected, so its dependencies keep the features the
-# build above gave them (`-p onebit-runtime` alone unifies them differently and rebuilds half the
-# graph: 188 s against 106 s on a fresh clone, docs/benchmarks.md); only the runtime's tests run.
+# The NPU feature: XRT's shim compiled, bindgen's bindings, linked against libxrt_coreutil, and the
+# XRT crate's unit tests run (the refusal without a device among them). The NPU backend itself
+# (marshalling, the run loop through an emulating runner) is the runtime's and ran above. XRT lives
+# in its own crate (xrt/) that only the binary depends on, so turning it on rebuilds that crate
+# alone. The binary's NPU code and every crate's lints with the feature run in .ci/run, after the
+# workspace's. Built with the whole workspace selected, so the dependencies keep the features the
+# build above gave them (selecting one package unifies them over its graph only and rebuilds half
+# of it, docs/benchmarks.md); nextest runs only the XRT crate's tests.
 if [ -f /usr/include/xrt/xrt/xrt_device.h ]; then
-  step "the NPU feature: building and running the runtime's unit tests with it"
+  step "the NPU feature: building XRT's bindings and running their tests"
   if [ -n "$nextest" ]; then
-    run_tests --workspace --features onebit-runtime/npu --lib -E 'package(onebit-runtime)' | tee -a "$log"
+    run_tests --workspace --features onebit-xrt/xrt --lib -E 'package(onebit-xrt)' | tee -a "$log"
   else
-    run_tests -p onebit-runtime --features npu --lib | tee -a "$log"
+    run_tests -p onebit-xrt --features xrt --lib | tee -a "$log"
   fi
   done_step
 fi

@@ -2,7 +2,7 @@
 //!
 //! Runs verified packs. It opens a pack ([`pack`]; its format and the model description the
 //! forward pass is driven by are `onebit-pack`'s), binds its tensors to a backend (the host
-//! kernels of `onebit-kernels`, or the NPU through XRT: [`backend`], [`npu`], [`device`]) and runs
+//! kernels of `onebit-kernels`, or the NPU backend, whose device runner is `onebit-xrt`'s: [`backend`], [`npu`], [`device`]) and runs
 //! the forward pass with its KV cache ([`model`]). Around it: text in and out ([`text`]),
 //! sampling ([`sample`]), grammar-constrained decoding ([`grammar`]), the generation loop
 //! ([`generate`]), log-probabilities ([`logprobs`]), embeddings ([`embed`]), the comparison

@@ -303,9 +303,10 @@ fn attach_npu(
     kernel_dir: Option<&std::path::Path>,
     batch: usize,
 ) -> anyhow::Result<String> {
-    use onebit_runtime::npu::backend::{NpuBackend, XrtRunner};
+    use onebit_runtime::npu::backend::NpuBackend;
     use onebit_stages::format::axlf;
     use onebit_stages::kernel_set::{match_artifacts, missing_refusal, shapes};
+    use onebit_xrt::XrtRunner;
     let dir = kernel_dir.ok_or_else(|| {
         anyhow::Error::new(super::Refused(
             "the NPU needs its kernels: --kernel-dir DIR or ONEBIT_KERNEL_DIR".into(),

@@ -1,21 +1,21 @@
-//! With feature `npu`: compiles the C++ shim over XRT (runtime/npu-shim/, every exception caught)
+//! With feature `xrt`: compiles the C++ shim over XRT (xrt/npu-shim/, every exception caught)
 //! and generates its Rust bindings with bindgen. Paths come from `XRT_INCLUDE_DIR` and
 //! `XRT_LIB_DIR` (Debian's libxrt-dev: /usr/include/xrt and the multiarch lib dir), because
 //! Debian's `xrt.pc` is broken. The API the build got is detected from the headers: XRT ≥ 2.17
 //! has `xrt/xrt_hw_context.h` (the XDNA flow: register_xclbin + hw_context); older XRT loads the
-//! xclbin on the device. Without the feature this script does nothing for the NPU.
+//! xclbin on the device. Without the feature this script does nothing.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=XRT_INCLUDE_DIR");
     println!("cargo:rerun-if-env-changed=XRT_LIB_DIR");
     println!("cargo:rustc-check-cfg=cfg(xrt_hw_context)");
-    #[cfg(feature = "npu")]
-    npu::build();
+    #[cfg(feature = "xrt")]
+    shim::build();
 }
 
-#[cfg(feature = "npu")]
-mod npu {
+#[cfg(feature = "xrt")]
+mod shim {
     use std::path::PathBuf;
 
     pub fn build() {
@@ -26,7 +26,7 @@ mod npu {
             std::env::var("XRT_LIB_DIR").unwrap_or_else(|_| "/usr/lib/x86_64-linux-gnu".into());
         if !include.join("xrt/xrt_device.h").is_file() {
             panic!(
-                "feature `npu` needs XRT's headers: {} has no xrt/xrt_device.h \
+                "feature `xrt` needs XRT's headers: {} has no xrt/xrt_device.h \
                  (install Debian's libxrt-dev, or set XRT_INCLUDE_DIR)",
                 include.display()
             );
@@ -52,7 +52,7 @@ mod npu {
         // xrt_uuid.h calls libuuid inline (uuid-dev).
         println!("cargo:rustc-link-lib=dylib=uuid");
         println!(
-            "cargo:warning=npu: XRT at {} with the {} API",
+            "cargo:warning=xrt: XRT at {} with the {} API",
             include.display(),
             if hw_context {
                 "hw_context"

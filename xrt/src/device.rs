@@ -5,9 +5,9 @@
 use std::ffi::{CStr, CString, c_char};
 use std::path::Path;
 
-use super::sys;
-use crate::device::find_npus;
-use crate::error::{Error, Result};
+use crate::sys;
+use onebit_runtime::device::find_npus;
+use onebit_runtime::error::{Error, Result};
 
 const ERR_LEN: usize = 1024;
 
