@@ -49,8 +49,18 @@ export ONEBIT_GEMMA_GGUF
 done_step
 # --lib --tests: unit and integration tests (the crates carry no doctests; the binary has no unit
 # tests of its own, Cargo.toml).
+#
+# With XRT's headers installed, the build includes XRT's crate with its feature (xrt/: the C++
+# shim compiled, bindgen's bindings, linked against libxrt_coreutil) and its tests run with the
+# rest: the refusal without a device among them. Only that crate changes: the binary keeps its
+# default features (its NPU code and every crate's lints with `--features npu` run in .ci/run).
+# A phase of its own after the tests cost 34 s more on a fresh clone (docs/benchmarks.md).
+features=()
+if [ -f /usr/include/xrt/xrt/xrt_device.h ]; then
+  features=(--features onebit-xrt/xrt)
+fi
 step "building the tests (a fresh clone compiles for 15-18 minutes on 2 cores)"
-cargo test --workspace --no-run --lib --tests
+cargo test --workspace --no-run --lib --tests "${features[@]}"
 done_step
 if [ -n "$s3s_pid" ]; then
   step "waiting for the s3s-fs build"
@@ -69,25 +79,8 @@ else
   run_tests() { cargo test --no-fail-fast "$@" -- --include-ignored 2>&1; }
 fi
 step "running every test, the ones needing the tools above included"
-run_tests --workspace --lib --tests | tee "$log"
+run_tests --workspace --lib --tests "${features[@]}" | tee "$log"
 done_step
-# The NPU feature: XRT's shim compiled, bindgen's bindings, linked against libxrt_coreutil, and the
-# XRT crate's unit tests run (the refusal without a device among them). The NPU backend itself
-# (marshalling, the run loop through an emulating runner) is the runtime's and ran above. XRT lives
-# in its own crate (xrt/) that only the binary depends on, so turning it on rebuilds that crate
-# alone. The binary's NPU code and every crate's lints with the feature run in .ci/run, after the
-# workspace's. Built with the whole workspace selected, so the dependencies keep the features the
-# build above gave them (selecting one package unifies them over its graph only and rebuilds half
-# of it, docs/benchmarks.md); nextest runs only the XRT crate's tests.
-if [ -f /usr/include/xrt/xrt/xrt_device.h ]; then
-  step "the NPU feature: building XRT's bindings and running their tests"
-  if [ -n "$nextest" ]; then
-    run_tests --workspace --features onebit-xrt/xrt --lib -E 'package(onebit-xrt)' | tee -a "$log"
-  else
-    run_tests -p onebit-xrt --features xrt --lib | tee -a "$log"
-  fi
-  done_step
-fi
 # One line for both runners: cargo test's "test result: ok. 12 passed; 0 failed; ..." per binary,
 # nextest's "Summary [ 226.1s] 315 tests run: 315 passed, 0 skipped" (", 2 failed" when some fail).
 awk '/^test result:/ || /^ *Summary \[/ {
