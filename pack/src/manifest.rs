@@ -109,6 +109,53 @@ pub struct Tower {
     pub tensors: usize,
     /// blake3 of the file.
     pub blake3: String,
+    /// How the runtime encodes images with it (a Gemma 3 vision tower whose geometry and image
+    /// tokens the repository's config and tokenizer give); absent where images are not served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vision: Option<VisionSpec>,
+}
+
+/// A vision tower as the runtime runs it: the encoder's geometry, the preprocessing, and the
+/// tokens an image becomes in the prompt. Every value was read from the repository's files, each
+/// with its source in `decisions` (`tokens_per_image=256 <- config.json mm_tokens_per_image`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VisionSpec {
+    /// The encoder and projector: `gemma3` (SigLIP, average pooling, soft-embedding norm).
+    pub family: String,
+    /// The encoder's width.
+    pub hidden: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Encoder layers.
+    pub layers: usize,
+    /// Image side in pixels (the processor resizes to this square).
+    pub image_size: usize,
+    /// Patch side in pixels.
+    pub patch_size: usize,
+    /// LayerNorm and soft-embedding norm epsilon.
+    pub eps: f32,
+    /// Tokens one image becomes (a square number).
+    pub tokens_per_image: usize,
+    /// The language model's width, which the projector writes.
+    pub text_hidden: usize,
+    /// Per-channel mean the processor subtracts after rescaling to [0, 1].
+    pub mean: [f32; 3],
+    /// Per-channel deviation it divides by.
+    pub std: [f32; 3],
+    /// The token that opens an image in the prompt (`<start_of_image>`).
+    pub start_token: u32,
+    /// Its text, which a prompt or chat template writes where an image goes.
+    pub start_text: String,
+    /// The token that closes it (`<end_of_image>`).
+    pub end_token: u32,
+    /// Its text.
+    pub end_text: String,
+    /// The token whose embeddings the image's features replace (`<image_soft_token>`).
+    pub image_token: u32,
+    /// Its text.
+    pub image_text: String,
+    /// Where each value came from.
+    pub decisions: Vec<String>,
 }
 
 impl Manifest {

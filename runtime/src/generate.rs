@@ -41,6 +41,9 @@ pub struct Request {
     /// Report each generated token's log-probability and this many alternatives (`None`: off).
     /// The logits are then read whole (no scan-head shortcut).
     pub logprobs: Option<usize>,
+    /// The prompt's images, in the order of its image slots ([`crate::text::IMAGE_SLOT`]),
+    /// encoded by the model's vision tower.
+    pub images: Vec<std::sync::Arc<crate::image_input::ImageEmbeds>>,
 }
 
 impl Request {
@@ -55,6 +58,7 @@ impl Request {
             constraint: None,
             keep_special: false,
             logprobs: None,
+            images: Vec::new(),
         }
     }
 
@@ -123,7 +127,7 @@ impl Generation {
 pub fn prompt_ids(model: &Model, text: &Text, p: &Prompt) -> Result<Vec<u32>> {
     match p {
         Prompt::Text(s) => {
-            let mut ids = text.encode_user(s)?;
+            let mut ids = text.encode_user_with_images(s)?;
             if model.spec.add_bos
                 && let Some(b) = model.spec.bos
                 && ids.first() != Some(&b)
@@ -145,6 +149,18 @@ pub fn prompt_ids(model: &Model, text: &Text, p: &Prompt) -> Result<Vec<u32>> {
             None => Ok(ids.clone()),
         },
     }
+}
+
+/// Where the text not yet sent starts in `full`, the answer decoded whole, when `emitted` bytes
+/// of an earlier decoding were sent and `safe` may be sent now: `emitted`, moved to the next
+/// character boundary where decoding the longer answer changed the bytes before it (byte-fallback
+/// tokens that were replacement characters completing a character), never past `safe`.
+fn unsent(full: &str, emitted: usize, safe: usize) -> usize {
+    let mut at = emitted.min(safe);
+    while at < safe && !full.is_char_boundary(at) {
+        at += 1;
+    }
+    at
 }
 
 /// Length of the longest suffix of `s` that is a proper prefix of some stop string (text that
@@ -334,7 +350,7 @@ impl Decoder {
         while safe > self.emitted && !self.full.is_char_boundary(safe) {
             safe -= 1;
         }
-        let piece = &self.full[self.emitted.min(safe)..safe];
+        let piece = &self.full[unsent(&self.full, self.emitted, safe)..safe];
         let mut step = Step {
             token: Some(next),
             logprob,
@@ -398,6 +414,7 @@ pub fn generate(
 ) -> Result<Generation> {
     let ids = checked_prompt(model, text, &req.prompt, session.capacity)?;
     session.truncate(0);
+    place_images(model, session, &ids, &req.images)?;
     session.read_top(req.reads_top());
     let mut dec = Decoder::new(&ids, req);
     let t0 = Instant::now();
@@ -428,6 +445,25 @@ pub fn generate(
         time_to_first_token: ttft.unwrap_or_else(|| t0.elapsed()),
         decode_time: t_first.elapsed(),
     })
+}
+
+/// Places `images` over the image tokens of `ids` (the prompt `session` runs next); refuses
+/// images for a model without a served vision tower, and a prompt whose image places are not one
+/// per image.
+pub fn place_images(
+    model: &Model,
+    session: &mut Session,
+    ids: &[u32],
+    images: &[std::sync::Arc<crate::image_input::ImageEmbeds>],
+) -> Result<()> {
+    match model.images() {
+        Some(enc) => session.place_images(&enc.places(ids, images)?),
+        None if images.is_empty() => Ok(()),
+        None => Err(Error::Request {
+            field: "image",
+            reason: "this model takes no images (its pack serves no vision tower)".into(),
+        }),
+    }
 }
 
 /// Teacher-forced evaluation of a token sequence, as llama.cpp's `perplexity` tool scores it:
@@ -502,7 +538,21 @@ pub fn evaluate(
 
 #[cfg(test)]
 mod tests {
-    use super::{held_back, stop_at};
+    use super::{held_back, stop_at, unsent};
+
+    #[test]
+    fn text_already_sent_that_a_longer_decoding_rewrote_never_splits_a_character() {
+        // "a", "中" (bytes 1..4), "€" (4..7), "x": 5 bytes were sent of an earlier decoding
+        // whose stand-ins were shorter, so byte 5 now falls inside "€"; what is sent next starts
+        // after it.
+        let full = "a\u{4E2D}\u{20AC}x";
+        assert_eq!(unsent(full, 7, full.len()), 7);
+        assert_eq!(unsent(full, 5, full.len()), 7);
+        assert!(full.is_char_boundary(unsent(full, 6, full.len())));
+        // Never past what may be sent now.
+        assert_eq!(unsent(full, 5, 4), 4);
+        assert_eq!(unsent("abc", 2, 3), 2);
+    }
 
     #[test]
     fn stop_prefixes_are_held_back() {

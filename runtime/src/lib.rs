@@ -7,7 +7,8 @@
 //! sampling ([`sample`]), grammar-constrained decoding ([`grammar`]), the generation loop
 //! ([`generate`]), log-probabilities ([`logprobs`]), embeddings ([`embed`]), the comparison
 //! with a reference's logits ([`kld`]), and Gemma 3's image path: an image file to pixel values
-//! ([`image`]) and the encoder from a pack's vision tower ([`vision`]). Of the other onebit crates it depends on `onebit-pack`
+//! ([`image`]), the encoder from a pack's vision tower ([`vision`]) and images placed in a prompt
+//! ([`image_input`]). Of the other onebit crates it depends on `onebit-pack`
 //! and `onebit-kernels` only: everything the forward pass needs travels inside the pack. It
 //! knows nothing of HTTP (`onebit-serve` is built on its public face). [`HostKernels`] answers
 //! the import's kernels stage.
@@ -20,6 +21,7 @@ pub mod generate;
 pub mod grammar;
 mod host_check;
 pub mod image;
+pub mod image_input;
 pub mod kld;
 pub mod logprobs;
 pub mod model;
@@ -33,6 +35,7 @@ pub mod vision;
 
 pub use error::{ContextExceeded, Error, Result};
 pub use host_check::HostKernels;
+pub use image_input::ImageEmbeds;
 pub use model::{Model, Session};
 pub use pack::Pack;
 

@@ -49,7 +49,17 @@ pub struct Text {
     template: Option<String>,
     bos: Option<String>,
     eos: Option<String>,
+    /// The text an image becomes in a prompt ([`IMAGE_SLOT`]'s replacement), for a model that
+    /// takes images.
+    image_text: Option<String>,
 }
+
+/// Where an image goes in a prompt's or a message's text: a Unicode noncharacter (reserved for
+/// a program's internal use; no text a client sends carries it, and one that does is refused).
+/// After the chat template has rendered, each becomes the model's image text (Gemma 3's
+/// processor: `\n\n<start_of_image>`, the image tokens, `<end_of_image>\n\n`), its special
+/// tokens read as special, so the text around it tokenizes as transformers tokenizes it.
+pub const IMAGE_SLOT: char = '\u{FDD0}';
 
 impl Text {
     /// Loads `tokenizer.json`; `template` is the chat template text if the pack has one.
@@ -81,7 +91,26 @@ impl Text {
             template,
             bos: None,
             eos: None,
+            image_text: None,
         })
+    }
+
+    /// Sets what each [`IMAGE_SLOT`] of a prompt becomes (`None`: the model takes no images, and
+    /// a prompt holding a slot is refused).
+    pub fn with_image_text(mut self, image_text: Option<String>) -> Text {
+        self.image_text = image_text;
+        self
+    }
+
+    /// Token ids of a prompt a user wrote with images at its [`IMAGE_SLOT`]s: the user's text
+    /// read as [`Text::encode_user`] reads it, each slot as the model's image text (special
+    /// tokens special). No post-processing (BOS is the caller's).
+    pub fn encode_user_with_images(&self, text: &str) -> Result<Vec<u32>> {
+        if !text.contains(IMAGE_SLOT) {
+            return self.encode_user(text);
+        }
+        let texts = [text];
+        self.encode_marked(&texts, |t| Ok(t[0].clone()))
     }
 
     /// Whether special-token text inside user text becomes special tokens (default: no).
@@ -179,17 +208,52 @@ impl Text {
     /// [`Text::encode_chat`] with `extras`: tools (OpenAI's `tools` entries) and variables for the
     /// template, as transformers' `apply_chat_template(tools=…, **kwargs)` renders them.
     pub fn encode_chat_with(&self, messages: &[Message], extras: &ChatExtras) -> Result<Vec<u32>> {
+        let texts: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+        self.encode_marked(&texts, |contents| {
+            let marked: Vec<Message> = messages
+                .iter()
+                .zip(contents)
+                .map(|(m, c)| Message {
+                    content: c.clone(),
+                    ..m.clone()
+                })
+                .collect();
+            self.render_chat_with(&marked, extras)
+        })
+    }
+
+    /// Token ids of what `render` makes of user `texts` (a chat template's render of messages, or
+    /// the text itself): the render's own special tokens special, the texts' special-token text
+    /// kept as text (unless `parse_special`), each [`IMAGE_SLOT`] the image text.
+    fn encode_marked(
+        &self,
+        texts: &[&str],
+        render: impl FnOnce(&[String]) -> Result<String>,
+    ) -> Result<Vec<u32>> {
+        let slots = texts.iter().any(|t| t.contains(IMAGE_SLOT));
+        let image_text = match (&self.image_text, slots) {
+            (_, false) => "",
+            (Some(t), true) => t.as_str(),
+            (None, true) => {
+                return Err(Error::Request {
+                    field: "image",
+                    reason: "this model takes no images (its pack serves no vision tower)".into(),
+                });
+            }
+        };
         let finder = match &self.finder {
-            Some(f) if !self.parse_special && messages.iter().any(|m| f.is_match(&m.content)) => f,
-            _ => return self.encode(&self.render_chat_with(messages, extras)?, false),
+            Some(f) if !self.parse_special && texts.iter().any(|t| f.is_match(t)) => f,
+            _ => {
+                let owned: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
+                let rendered = render(&owned)?;
+                return self.encode(&rendered.replace(IMAGE_SLOT, image_text), false);
+            }
         };
         let n = self.specials.len() as u32;
         let used = |lo: u32| {
-            messages.iter().any(|m| {
-                m.content
-                    .chars()
-                    .any(|c| (lo..lo + n).contains(&(c as u32)))
-            })
+            texts
+                .iter()
+                .any(|t| t.chars().any(|c| (lo..lo + n).contains(&(c as u32))))
         };
         // Supplementary private-use planes 15 and 16 (65,534 characters each).
         let base = [0xF_0000u32, 0x10_0000]
@@ -201,24 +265,21 @@ impl Text {
                 reason: "the messages use every private-use character this server needs to keep special-token text as text".into(),
             })?;
         let mark = |i: usize| char::from_u32(base + i as u32).unwrap_or('\u{FFFD}');
-        let defanged: Vec<Message> = messages
+        let defanged: Vec<String> = texts
             .iter()
-            .map(|m| {
-                let mut out = String::with_capacity(m.content.len());
+            .map(|t| {
+                let mut out = String::with_capacity(t.len());
                 let mut last = 0;
-                for hit in finder.find_iter(&m.content) {
-                    out.push_str(&m.content[last..hit.start()]);
+                for hit in finder.find_iter(t) {
+                    out.push_str(&t[last..hit.start()]);
                     out.push(mark(hit.pattern().as_usize()));
                     last = hit.end();
                 }
-                out.push_str(&m.content[last..]);
-                Message {
-                    content: out,
-                    ..m.clone()
-                }
+                out.push_str(&t[last..]);
+                out
             })
             .collect();
-        let rendered = self.render_chat_with(&defanged, extras)?;
+        let rendered = render(&defanged)?.replace(IMAGE_SLOT, image_text);
         let restore = |piece: &str| -> String {
             let mut out = String::with_capacity(piece.len());
             for c in piece.chars() {

@@ -41,6 +41,22 @@ pub struct GemmaVisionConfig {
     pub text_hidden: usize,
 }
 
+impl GemmaVisionConfig {
+    /// The geometry a pack's manifest gives its served vision tower.
+    pub fn from_spec(s: &onebit_pack::manifest::VisionSpec) -> GemmaVisionConfig {
+        GemmaVisionConfig {
+            hidden: s.hidden,
+            heads: s.heads,
+            layers: s.layers,
+            image: s.image_size,
+            patch: s.patch_size,
+            eps: s.eps,
+            tokens_per_image: s.tokens_per_image,
+            text_hidden: s.text_hidden,
+        }
+    }
+}
+
 /// A linear layer `y = W x + b`, `W` row-major `[out][in]`.
 struct Linear {
     w: Vec<f32>,

@@ -367,7 +367,130 @@ def qwen35_case(out: Path, llama_cpp: Path, flm: Path) -> None:
     (out / "reference.json").write_text(json.dumps(ref) + "\n")
 
 
-CASES = {"gemma3": gemma3_case, "qwen35": qwen35_case}
+# The Gemma 3 image case's prompt: text, the image's full sequence as the processor writes it
+# (start, `mm_tokens_per_image` soft tokens, end), more text; 16 ids, longer than the sliding
+# window of 8, so later rows see the image only through the rows after it.
+GEMMA3_SPECIALS = [
+    "<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>",
+    "<start_of_image>", "<end_of_image>", "<image_soft_token>",
+]
+
+
+def gemma3_image_case(out: Path, llama_cpp: Path, flm: Path) -> None:
+    """The language model beside the tower, and logits with an image in the prompt.
+
+    The same tiny Gemma 3 (the tower's weights loaded from the committed mmproj, so the case does
+    not depend on rebuilding it bit for bit) with a toy SentencePiece vocabulary carrying Gemma's
+    image tokens; its text GGUF made by llama.cpp's converter and requantized to Q4_0 by gguf-py
+    (scripts/oracle/generate.py's code); the logits transformers computes at every position of a
+    prompt holding the image, from the text weights as the Q4_0 GGUF dequantizes them and the
+    tower's as it stores them, with the image's tokens attending to each other both ways as Gemma 3
+    does; and what that bidirectional attention moves (the same run with a causal mask only)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import gguf
+    import generate as g
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor
+
+    torch.manual_seed(SEED)
+    cfg = gemma3_config()
+    text = (Path(__file__).resolve().parents[2] / "tests/fixtures/text/multilingual.txt").read_text()
+    with tempfile.TemporaryDirectory() as tmp:
+        hf = Path(tmp) / "hf"
+        hf.mkdir()
+        n, ids_of = g.toy_sentencepiece(text, GEMMA3_SPECIALS, cfg["text_config"]["vocab_size"], hf)
+        assert n == cfg["text_config"]["vocab_size"], n
+        cfg["boi_token_index"] = ids_of["<start_of_image>"]
+        cfg["eoi_token_index"] = ids_of["<end_of_image>"]
+        cfg["image_token_index"] = ids_of["<image_soft_token>"]
+        model = Gemma3ForConditionalGeneration(Gemma3Config(**cfg)).eval()
+        perturb(model)
+        model.save_pretrained(hf)
+        hub_names(hf / "model.safetensors")
+        # As google/gemma-3-4b-it has them: the turn markers special (CONTROL in the GGUF), the
+        # image tokens added tokens that are not special (USER_DEFINED, as the real Gemma 3
+        # GGUFs carry `<start_of_image>`).
+        turns = ["<start_of_turn>", "<end_of_turn>"]
+        (hf / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>",
+            "pad_token": "<pad>", "add_bos_token": True, "clean_up_tokenization_spaces": False,
+            "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>",
+            "added_tokens_decoder": {str(ids_of[t]): {"content": t, "special": True} for t in turns},
+        }))
+        images = ["<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+        (hf / "added_tokens.json").write_text(json.dumps({t: ids_of[t] for t in images}))
+        f32 = Path(tmp) / "model-f32.gguf"
+        g.run_converter(llama_cpp, hf, f32, "default")
+        dest = out / "model-q4_0.gguf"
+        g.requantize(f32, dest, gguf.GGMLQuantizationType.Q4_0)
+        f32w, q4w = g.gguf_weights(f32), g.gguf_weights(dest)
+    (out / "hf" / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+    # The tower as it is stored (the committed mmproj, bf16).
+    sd = model.state_dict()
+    w = bf16_weights_from_gguf(out / "mmproj-f16.gguf")
+    for gname, h in gguf_to_hf_gemma3(cfg).items():
+        v = w[gname]
+        if gname == "mm.soft_emb_norm.weight":
+            v = v - 1
+        sd[h] = v.reshape(sd[h].shape).clone()
+    # The language model as the Q4_0 GGUF dequantizes it (norms stored as 1 + w).
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, cfg["text_config"]["num_hidden_layers"])
+    for name in list(sd):
+        if not name.startswith("model.language_model."):
+            continue
+        gname = g.gguf_name(names, "model." + name[len("model.language_model."):])
+        q, ref, hf_w = q4w[gname], f32w[gname], sd[name].numpy()
+        shift = np.float32(1.0) if gname.endswith("norm.weight") else np.float32(0.0)
+        q = g.match_order(gname, q, ref, hf_w + shift) - shift
+        sd[name] = torch.from_numpy(q.copy()).reshape(sd[name].shape)
+    sd["lm_head.weight"] = sd["model.language_model.embed_tokens.weight"]
+    model.load_state_dict(sd)
+    model.config._attn_implementation = "eager"
+    model.config.text_config._attn_implementation = "eager"
+
+    boi, eoi, img = cfg["boi_token_index"], cfg["eoi_token_index"], cfg["image_token_index"]
+    tokens = cfg["mm_tokens_per_image"]
+    rng = np.random.default_rng(SEED)
+    words = [int(x) for x in rng.integers(12, cfg["text_config"]["vocab_size"] - 8, 9)]
+    ids = [2, 4] + words[:3] + [boi] + [img] * tokens + [eoi] + words[3:]
+    image = fixed_image()
+    proc = Gemma3ImageProcessor(**{k: v for k, v in gemma3_preprocessor().items() if k not in ("image_processor_type", "processor_class", "image_seq_length")})
+    pixels = proc(images=image, return_tensors="pt")["pixel_values"]
+    input_ids = torch.tensor([ids])
+    types = (input_ids == img).long()
+    with torch.no_grad():
+        logits = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
+        causal = model(input_ids=input_ids, pixel_values=pixels, use_cache=False).logits[0]
+
+        def q8(x):
+            y = x.reshape(*x.shape[:-1], -1, 32)
+            s = y.abs().amax(-1, keepdim=True) / 127
+            return (torch.round(y / s.clamp_min(1e-30)) * s).reshape(x.shape)
+
+        # What int8 activations into the language model's linear layers cost (the runtime's
+        # products; the tower's stay f32).
+        lm = [model.model.language_model, model.lm_head]
+        hooks = [
+            m.register_forward_pre_hook(lambda mod, args: (q8(args[0]),))
+            for part in lm for m in part.modules() if isinstance(m, torch.nn.Linear)
+        ]
+        int8 = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
+        for hk in hooks:
+            hk.remove()
+    ref = {
+        "family": "gemma3",
+        "tokens": {"start_of_image": boi, "end_of_image": eoi, "image_soft_token": img},
+        "ids": ids,
+        "image_start": ids.index(img),
+        "image_tokens": tokens,
+        "logits": [[round(float(x), 6) for x in row] for row in logits],
+        "int8_activation_cost": round(float((int8 - logits).abs().max()), 6),
+        "bidirectional_effect": round(float((causal - logits).abs().max()), 6),
+    }
+    (out / "image_reference.json").write_text(json.dumps(ref) + "\n")
+
+
+CASES = {"gemma3": gemma3_case, "gemma3-image": gemma3_image_case, "qwen35": qwen35_case}
 
 
 def main() -> None:
@@ -379,7 +502,8 @@ def main() -> None:
     a = p.parse_args()
     sys.path.insert(0, str(a.llama_cpp / "gguf-py"))
     for case in a.cases:
-        CASES[case](a.out / case, a.llama_cpp, a.flm)
+        # The image case adds its files to the Gemma 3 tower's folder.
+        CASES[case](a.out / case.removesuffix("-image"), a.llama_cpp, a.flm)
 
 
 if __name__ == "__main__":

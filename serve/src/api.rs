@@ -12,7 +12,7 @@ use super::values::{Fields, Route, Unknown};
 
 use onebit_runtime::generate::{Finish, Prompt};
 use onebit_runtime::sample::SamplerConfig;
-use onebit_runtime::text::{ChatExtras, Message};
+use onebit_runtime::text::{ChatExtras, IMAGE_SLOT, Message};
 
 /// A validated completion request, chat or plain: what the client asked for, before it meets
 /// the model ([`crate::prepare`] binds it to the loaded model in one step).
@@ -28,6 +28,9 @@ pub struct Parsed {
     pub logprobs: Option<usize>,
     /// `reasoning_effort`, applied where the template has a switch for it (chat only).
     pub reasoning_effort: Option<String>,
+    /// The messages' images (`image_url` parts as `data:` URLs), decoded to the files' bytes, in
+    /// the order of the image slots their parts left in the messages' text.
+    pub images: Vec<Vec<u8>>,
 }
 
 /// The fields chat and plain completions share.
@@ -333,7 +336,7 @@ fn include_usage(b: &Fields) -> Result<bool, ApiError> {
 
 /// A `/v1/chat/completions` body.
 pub(crate) fn chat(b: &Fields) -> Result<Parsed, ApiError> {
-    let messages = messages(b)?;
+    let (messages, images) = messages(b)?;
     let logprobs = chat_logprobs(b)?;
     let tools = crate::tool_fields::tool_request(b)?;
     let kwargs = match b.get("chat_template_kwargs") {
@@ -375,11 +378,13 @@ pub(crate) fn chat(b: &Fields) -> Result<Parsed, ApiError> {
         tools,
         logprobs,
         reasoning_effort,
+        images,
     })
 }
 
-/// `messages`: each with a known role and text content.
-fn messages(b: &Fields) -> Result<Vec<Message>, ApiError> {
+/// `messages`: each with a known role and text content (an image part leaves an image slot in
+/// the text), and the images' bytes in order.
+fn messages(b: &Fields) -> Result<(Vec<Message>, Vec<Vec<u8>>), ApiError> {
     let msgs = match b.get("messages") {
         Some(Value::Array(a)) if !a.is_empty() => a,
         Some(Value::Array(_)) => return Err(ApiError::bad("messages", "'messages' is empty")),
@@ -393,14 +398,17 @@ fn messages(b: &Fields) -> Result<Vec<Message>, ApiError> {
             ));
         }
     };
-    msgs.iter()
+    let mut images = Vec::new();
+    let messages = msgs
+        .iter()
         .enumerate()
-        .map(|(i, m)| message(i, m))
-        .collect()
+        .map(|(i, m)| message(i, m, &mut images))
+        .collect::<Result<_, _>>()?;
+    Ok((messages, images))
 }
 
-/// `messages[i]`.
-fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
+/// `messages[i]`; its image parts' bytes are pushed to `images`.
+fn message(i: usize, m: &Value, images: &mut Vec<Vec<u8>>) -> Result<Message, ApiError> {
     let role = match m.get("role") {
         Some(Value::String(r)) => r.as_str(),
         _ => {
@@ -431,16 +439,16 @@ fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
                 match (p.get("type").and_then(Value::as_str), p.get("text")) {
                     (Some("text"), Some(Value::String(t))) => s.push_str(t),
                     (Some("image_url" | "input_image"), _) => {
-                        return Err(ApiError::bad(
-                            format!("messages[{i}].content[{j}]"),
-                            "images are not served yet: the host runtime has no vision encoder \
-                             (a pack's vision tower is read and verified; see /props towers)",
-                        ));
+                        images.push(crate::image_parts::image_part(
+                            &format!("messages[{i}].content[{j}]"),
+                            p,
+                        )?);
+                        s.push(IMAGE_SLOT);
                     }
                     _ => {
                         return Err(ApiError::bad(
                             format!("messages[{i}].content[{j}]"),
-                            "only text content parts are supported",
+                            "only text and image_url content parts are supported",
                         ));
                     }
                 }
@@ -450,10 +458,27 @@ fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
         _ => {
             return Err(ApiError::bad(
                 format!("messages[{i}].content"),
-                "'content' must be a string or an array of text parts",
+                "'content' must be a string or an array of text and image_url parts",
             ));
         }
     };
+    let slots = content.matches(IMAGE_SLOT).count();
+    let parts = m.get("content").and_then(Value::as_array).map_or(0, |a| {
+        a.iter()
+            .filter(|p| {
+                matches!(
+                    p.get("type").and_then(Value::as_str),
+                    Some("image_url" | "input_image")
+                )
+            })
+            .count()
+    });
+    if slots != parts {
+        return Err(ApiError::bad(
+            format!("messages[{i}].content"),
+            "the text holds U+FDD0, a noncharacter this server reserves for where images go",
+        ));
+    }
     let text_of = |f: &str| m.get(f).and_then(Value::as_str).map(str::to_string);
     Ok(Message {
         role: role.to_string(),
@@ -513,6 +538,7 @@ pub(crate) fn completion(b: &Fields) -> Result<Parsed, ApiError> {
         tools: None,
         logprobs,
         reasoning_effort: None,
+        images: Vec::new(),
     })
 }
 

@@ -13,8 +13,8 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use onebit_runtime::Error;
 use onebit_runtime::generate::{Request as GenRequest, checked_prompt};
+use onebit_runtime::{Error, ImageEmbeds, Model};
 
 use crate::api::{self, ApiError, Parsed};
 use crate::job::{Event, Fork, Job};
@@ -55,6 +55,28 @@ fn prompt_refusal(kind: Kind, e: Error) -> ApiError {
         Error::Request { reason, .. } => ApiError::bad(param, reason),
         other => ApiError::bad(param, format!("cannot prepare the prompt: {other}")),
     }
+}
+
+/// The request's images encoded by the model's vision tower (each content once: the encoder
+/// keeps recent images by digest); refused by name for a model that takes no images.
+fn encode_images(model: &Model, images: &[Vec<u8>]) -> Result<Vec<Arc<ImageEmbeds>>, Error> {
+    if images.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(enc) = model.images() else {
+        let why = model
+            .pack
+            .manifest
+            .towers
+            .iter()
+            .find_map(|t| t.not_served.clone())
+            .unwrap_or_else(|| "its pack has no vision tower".into());
+        return Err(Error::Request {
+            field: "image",
+            reason: format!("this model takes text only: {why}"),
+        });
+    };
+    images.iter().map(|b| enc.encode(b)).collect()
 }
 
 /// The scheduler's job for `bound`'s request, with a fork per further choice (choice k samples
@@ -183,6 +205,7 @@ impl Server {
             tools,
             logprobs,
             reasoning_effort,
+            images,
         } = parsed;
         let text = &ready.engine.text;
         ready.check_model(common.model.as_deref())?;
@@ -207,13 +230,17 @@ impl Server {
         let held = grammar.is_some();
         let ctx = ready.limits.ctx;
         let engine = ready.engine.clone();
-        let (prompt, ids, constraint) = tokio::task::spawn_blocking(move || {
+        let (prompt, ids, constraint, images) = tokio::task::spawn_blocking(move || {
             let constraint = match &grammar {
                 Some((spec, field)) => Some(engine.grammars.compile(&engine.text, spec, field)?),
                 None => None,
             };
+            let images = encode_images(&engine.model, &images)?;
             let ids = checked_prompt(&engine.model, &engine.text, &prompt, ctx)?;
-            Ok::<_, Error>((prompt, ids, constraint))
+            if let Some(enc) = engine.model.images() {
+                enc.places(&ids, &images)?;
+            }
+            Ok::<_, Error>((prompt, ids, constraint, images))
         })
         .await
         .map_err(ApiError::internal)?
@@ -226,6 +253,7 @@ impl Server {
             constraint,
             keep_special: calls.is_some(),
             logprobs,
+            images,
         };
         let think = self.splits_reasoning(kind, text, &ids).filter(|_| !held);
         Ok(Bound {

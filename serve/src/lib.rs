@@ -21,6 +21,7 @@ mod error;
 mod fields;
 #[cfg(test)]
 mod fuzz_tests;
+mod image_parts;
 mod info;
 pub mod job;
 mod logprobs;

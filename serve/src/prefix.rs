@@ -9,9 +9,13 @@
 //! at positions whose state is known: the cache's own end (the whole earlier exchange was
 //! shared), or the checkpoint taken when the earlier prompt had been read.
 //!
+//! An image's tokens are the same for every image, so a cache holding an image is reused only up
+//! to the first image that is not the same content at the same place.
+//!
 //! The reused positions hold exactly what a cold run would compute for them (each row of a batch
 //! gets its numbers alone), so a warm request's logits are the cold ones bit for bit.
 
+use onebit_runtime::image_input::image_prefix;
 use onebit_runtime::model::{Checkpoint, Model, Session};
 
 /// A free cache and what it holds.
@@ -81,13 +85,24 @@ impl Pool {
     /// (always at least one prompt token left to feed: its logits start the answer); `None`
     /// when no cache is free.
     pub fn take(&mut self, prompt: &[u32]) -> Option<Taken> {
+        self.take_with_images(prompt, &[])
+    }
+
+    /// [`Pool::take`] for a prompt whose `images` (first position, content digest) go over its
+    /// image tokens: a cache is reused only up to the first image it holds that is not the same
+    /// image at the same place (the image tokens themselves are the same for every image).
+    pub fn take_with_images(
+        &mut self,
+        prompt: &[u32],
+        images: &[(usize, [u8; 32])],
+    ) -> Option<Taken> {
         let best = self
             .free
             .iter()
             .enumerate()
             .map(|(i, c)| {
                 let at = if self.reuse {
-                    resume_at(c, prompt)
+                    resume_at(c, prompt, images)
                 } else {
                     Resume::Cut(0)
                 };
@@ -142,9 +157,10 @@ impl Pool {
     }
 }
 
-/// Where `c` can resume for `prompt`: the shared prefix, at most all but the prompt's last token,
-/// and for recurrent state only at a position whose state is known.
-fn resume_at(c: &Cached, prompt: &[u32]) -> Resume {
+/// Where `c` can resume for `prompt` with `images`: the shared prefix (up to the first image
+/// that differs), at most all but the prompt's last token, and for recurrent state only at a
+/// position whose state is known.
+fn resume_at(c: &Cached, prompt: &[u32], images: &[(usize, [u8; 32])]) -> Resume {
     let shared = c
         .tokens
         .iter()
@@ -152,6 +168,7 @@ fn resume_at(c: &Cached, prompt: &[u32]) -> Resume {
         .take_while(|(a, b)| a == b)
         .count()
         .min(prompt.len().saturating_sub(1));
+    let shared = image_prefix(c.session.images(), images, shared);
     if !c.session.has_recurrent_state() {
         return Resume::Cut(shared);
     }

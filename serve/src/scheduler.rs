@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::time::Instant;
 
-use onebit_runtime::generate::{Decoder, Finish};
+use onebit_runtime::generate::{Decoder, Finish, place_images};
 use onebit_runtime::model::Session;
 
 use crate::batch_shape::{Shape, panic_text};
@@ -111,10 +111,19 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
             }
             // An embedding reads every token's state, so it reuses no cached prefix.
             let prefix: &[u32] = if job.embed.is_some() { &[] } else { &job.ids };
-            let (mut session, reused) = match pool.take(prefix) {
+            let images = image_places(&engine.model, &job.ids, &job.req.images);
+            let (mut session, reused) = match pool.take_with_images(prefix, &images) {
                 Some(t) => (t.session, t.reused),
                 None => (engine.model.session(limits.ctx), 0),
             };
+            // Checked when the request was bound; a failure here is the cache's.
+            if let Err(e) = place_images(&engine.model, &mut session, &job.ids, &job.req.images) {
+                tracing::error!(error = %e, "placing the prompt's images");
+                m.finish("error");
+                let _ = job.events.send(Event::Failed(e.to_string()));
+                pool.give_cleared(session);
+                continue;
+            }
             if reused > 0 {
                 m.prefix_hits.inc();
                 m.prefix_tokens.inc_by(reused as u64);
@@ -191,6 +200,23 @@ fn run(engine: &Engine, limits: Limits, m: &Metrics, rx: Receiver<Job>) {
 
 /// Returns `s`'s cache to the pool with the tokens it holds: the prompt, then what was generated
 /// and fed back.
+/// Where the prompt `ids`' images go: (first position, content digest) of each run of the
+/// model's image token, with the request's images in order.
+fn image_places(
+    model: &onebit_runtime::Model,
+    ids: &[u32],
+    images: &[Arc<onebit_runtime::ImageEmbeds>],
+) -> Vec<(usize, [u8; 32])> {
+    match model.images() {
+        Some(enc) => onebit_runtime::image_input::image_runs(ids, enc.spec().image_token)
+            .into_iter()
+            .zip(images)
+            .map(|((at, _), im)| (at, im.digest))
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
 fn give_back(pool: &mut Pool, s: &mut Seq) {
     let mut tokens = Vec::with_capacity(s.job.ids.len() + s.dec.tokens().len());
     tokens.extend_from_slice(&s.job.ids);

@@ -149,6 +149,7 @@ fn draw_request(rng: &mut Rng, batch: usize, earlier: &[Vec<u32>]) -> Drawn {
             constraint: None,
             keep_special: false,
             logprobs: None,
+            images: Vec::new(),
         },
         client,
     }
@@ -348,6 +349,7 @@ fn a_panic_in_the_model_fails_the_batch_is_counted_and_the_server_goes_on() {
                 constraint: None,
                 keep_special: false,
                 logprobs: None,
+                images: Vec::new(),
             },
             events: tx,
             arrived: Instant::now(),

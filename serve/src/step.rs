@@ -168,7 +168,9 @@ fn plan(limits: Limits, m: &Metrics, active: &mut [Seq], pool: &mut Pool) -> Pla
         if s.next.is_some() || left == 0 {
             continue;
         }
-        let take = left.min(budget);
+        // An image's rows go through one pass: the chunk ends before an image it would cut, or
+        // takes a whole image that starts it even past the budget.
+        let take = s.session.pass_end(s.fed, s.fed + left.min(budget)) - s.fed;
         if !grow(s, s.session.pos + take, pool, m) {
             plan.failed.push(i);
             continue;
@@ -182,7 +184,7 @@ fn plan(limits: Limits, m: &Metrics, active: &mut [Seq], pool: &mut Pool) -> Pla
         plan.rows
             .extend(s.job.ids[s.fed..s.fed + take].iter().map(|&t| (i, t)));
         plan.prefill.push((i, take));
-        budget -= take;
+        budget = budget.saturating_sub(take);
     }
     plan
 }

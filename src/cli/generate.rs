@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use onebit_runtime::generate::{Prompt, Request, generate};
 use onebit_runtime::sample::SamplerConfig;
-use onebit_runtime::text::{Message, Text};
+use onebit_runtime::text::{IMAGE_SLOT, Message, Text};
 use onebit_runtime::{Model, Pack};
 
 use onebit_kernels::kv::CacheType;
@@ -96,7 +96,8 @@ impl PackSource {
         );
         let text = Text::load(&tok, template)?
             .with_special(model.spec.bos, model.spec.eos.first().copied())
-            .with_parse_special(self.parse_special);
+            .with_parse_special(self.parse_special)
+            .with_image_text(model.images().map(|i| i.image_text()));
         Ok((model, text))
     }
 }
@@ -205,9 +206,70 @@ pub struct GenerateArgs {
     /// A system message (with --chat).
     #[arg(long, requires = "chat")]
     pub system: Option<String>,
+    /// An image file (PNG) for a model whose pack serves a vision tower; repeat for several.
+    /// Each goes where the prompt writes the model's image marker (Gemma 3: `<start_of_image>`),
+    /// in order, or before the prompt's text when it writes none.
+    #[arg(long, value_name = "FILE", conflicts_with = "ids")]
+    pub image: Vec<PathBuf>,
     /// Sampling.
     #[command(flatten)]
     pub sample: SampleArgs,
+}
+
+/// The prompt with an [`IMAGE_SLOT`] where each of `n` images goes: at each `marker` the prompt
+/// writes, in order, or all before its text when it writes none. Refuses a count of markers other
+/// than the images'.
+fn with_image_slots(prompt: &str, marker: &str, n: usize) -> anyhow::Result<String> {
+    let written = prompt.matches(marker).count();
+    match written {
+        0 => Ok(format!("{}{prompt}", IMAGE_SLOT.to_string().repeat(n))),
+        w if w == n => Ok(prompt.replace(marker, &IMAGE_SLOT.to_string())),
+        w => Err(anyhow::Error::new(super::Refused(format!(
+            "the prompt writes {marker} {w} times for {n} --image file(s)"
+        )))),
+    }
+}
+
+/// The `--image` files' bytes, read before the model loads.
+fn read_images(files: &[PathBuf]) -> anyhow::Result<Vec<(&PathBuf, Vec<u8>)>> {
+    files
+        .iter()
+        .map(|f| {
+            Ok((
+                f,
+                std::fs::read(f).with_context(|| format!("--image {}", f.display()))?,
+            ))
+        })
+        .collect()
+}
+
+/// Encodes the `--image` files with the model's vision tower.
+fn encode_images(
+    model: &Model,
+    files: &[(&PathBuf, Vec<u8>)],
+) -> anyhow::Result<Vec<std::sync::Arc<onebit_runtime::ImageEmbeds>>> {
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    let Some(enc) = model.images() else {
+        let why = model
+            .pack
+            .manifest
+            .towers
+            .iter()
+            .find_map(|t| t.not_served.clone())
+            .unwrap_or_else(|| "the pack has no vision tower".into());
+        anyhow::bail!(super::Refused(format!(
+            "--image: this pack serves text only ({why})"
+        )));
+    };
+    files
+        .iter()
+        .map(|(f, bytes)| {
+            enc.encode(bytes)
+                .with_context(|| format!("--image {}", f.display()))
+        })
+        .collect()
 }
 
 /// Completes one prompt, streaming to stdout; statistics go to stderr (or JSON with --json).
@@ -225,8 +287,16 @@ pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let text_prompt = a.prompt.clone().unwrap_or_default();
+    let image_files = read_images(&a.image)?;
     a.sample.apply_threads();
     let (model, text) = a.source.load(g)?;
+    let images = encode_images(&model, &image_files)?;
+    let text_prompt = match model.images() {
+        Some(enc) if !images.is_empty() => {
+            with_image_slots(&text_prompt, &enc.spec().start_text, images.len())?
+        }
+        _ => text_prompt,
+    };
     let prompt = if a.chat {
         let mut m = Vec::new();
         if let Some(s) = &a.system {
@@ -255,6 +325,7 @@ pub fn exec(g: &Global, a: GenerateArgs) -> anyhow::Result<ExitCode> {
         constraint: None,
         keep_special: false,
         logprobs: None,
+        images,
     };
     let mut session = model.session(a.sample.ctx(&model)?);
     let stream = !g.json;
@@ -313,6 +384,8 @@ pub struct ChatArgs {
 }
 
 /// An interactive chat: each line is a user turn; the conversation goes through the template.
+/// `/image FILE` attaches an image to the next turn (a model whose pack serves a vision tower);
+/// `/exit` ends it.
 pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
     let sampler = a.sample.sampler()?;
     a.sample.apply_threads();
@@ -330,6 +403,10 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
     }
     let mut session = model.session(a.sample.ctx(&model)?);
     let mut rl = rustyline::DefaultEditor::new()?;
+    // Every image of the conversation, in the order of their slots in the messages, and the
+    // slots of the images attached to the next turn.
+    let mut images = Vec::new();
+    let mut pending = String::new();
     loop {
         let line = match rl.readline("> ") {
             Ok(l) => l,
@@ -345,11 +422,24 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
             break;
         }
         let _ = rl.add_history_entry(line);
+        if let Some(file) = line.strip_prefix("/image ") {
+            let file = PathBuf::from(file.trim());
+            match read_images(std::slice::from_ref(&file)).and_then(|f| encode_images(&model, &f)) {
+                Ok(mut im) => {
+                    images.append(&mut im);
+                    pending.push(IMAGE_SLOT);
+                    eprintln!("[{} attached to your next message]", file.display());
+                }
+                Err(e) => eprintln!("error: {e:#}"),
+            }
+            continue;
+        }
         messages.push(Message {
             role: "user".into(),
-            content: line.to_string(),
+            content: format!("{pending}{line}"),
             ..Default::default()
         });
+        pending.clear();
         let req = Request {
             prompt: Prompt::Chat(messages.clone()),
             max_tokens: a.sample.max_tokens,
@@ -358,6 +448,7 @@ pub fn chat(g: &Global, a: ChatArgs) -> anyhow::Result<ExitCode> {
             constraint: None,
             keep_special: false,
             logprobs: None,
+            images: images.clone(),
         };
         let mut stdout = std::io::stdout();
         let out = generate(&model, &text, &mut session, &req, |piece| {

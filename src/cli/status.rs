@@ -81,6 +81,7 @@ pub fn exec(g: &Global, a: StatusArgs) -> anyhow::Result<ExitCode> {
         for t in tower_verdicts(&store, r) {
             let served = if t.verified {
                 t.not_served
+                    .as_ref()
                     .map(|why| format!(" (not served: {why})"))
                     .unwrap_or_default()
             } else {
@@ -104,7 +105,7 @@ struct TowerVerdict {
     kind: &'static str,
     verified: bool,
     summary: String,
-    not_served: Option<&'static str>,
+    not_served: Option<String>,
 }
 
 impl TowerVerdict {
@@ -119,11 +120,23 @@ impl TowerVerdict {
     }
 }
 
-/// The verdicts of the tower files a ref's last run verified (`verify:FILE`), from the store.
+/// The verdicts of the tower files a ref's last run verified (`verify:FILE`), from the store,
+/// with whether the pack serves each (its manifest's word, where the repack stage ran).
 fn tower_verdicts(
     store: &onebit_pipeline::Store,
     r: &onebit_pipeline::maintenance::RefStatus,
 ) -> Vec<TowerVerdict> {
+    let packed: Vec<onebit_pack::manifest::Tower> = r
+        .stages
+        .iter()
+        .find(|s| s.stage == "repack")
+        .and_then(|s| {
+            let path = store.artifact_path(&s.key, "pack").join("manifest.json");
+            let m: onebit_pack::Manifest =
+                serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+            Some(m.towers)
+        })
+        .unwrap_or_default();
     r.stages
         .iter()
         .filter_map(|s| {
@@ -139,7 +152,10 @@ fn tower_verdicts(
                 kind: kind.as_str(),
                 verified: v.verified,
                 summary: v.summary,
-                not_served: onebit_stages::tower::not_served(kind),
+                not_served: match packed.iter().find(|t| t.file == file) {
+                    Some(t) => t.not_served.clone(),
+                    None => onebit_stages::tower::not_served(kind).map(str::to_string),
+                },
             })
         })
         .collect()

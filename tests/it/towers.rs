@@ -347,3 +347,213 @@ fn the_qwen35_tower_is_fastflowlms_2b_conversion_and_verifies_bit_for_bit() {
         .expect("patch row");
     assert_eq!(patch.compared, 128 * 3 * 2 * 16 * 16);
 }
+
+/// The pack a run of `repo` made in `home`.
+fn pack_of(home: &Path, name: &str) -> PathBuf {
+    let store = onebit_pipeline::Store::open(home).expect("store");
+    let record = onebit_pipeline::refs::read_ref(&store, name)
+        .expect("ref")
+        .expect("the pack's ref");
+    store.artifact_path(&record.stage("repack").expect("repack").key, "pack")
+}
+
+/// Gemma 3 with an image in its prompt against transformers (`image_reference.json`, from
+/// `scripts/oracle/towers.py gemma3-image`): the tiny model's language half converted from its
+/// Q4_0 GGUF with the tower from its mmproj, imported and verified, the image encoded from its
+/// PNG and placed over the prompt's image tokens; the logits at every position meet transformers'
+/// (text weights as the GGUF dequantizes them, the tower's as it stores them, the image's tokens
+/// attending to each other both ways), where a causal mask alone would not.
+/// The tiny Gemma 3's language model (its Q4_0 GGUF) and tower (its mmproj) converted into
+/// `tmp/vlm` and run with both verified in `home`; the two GGUFs.
+fn vlm(tmp: &Path, home: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let repo = tmp.join("vlm");
+    let gguf = towers().join("model-q4_0.gguf");
+    let mmproj = towers().join("mmproj-f16.gguf");
+    ok(&run_in(
+        home,
+        &[
+            "convert",
+            "--gguf",
+            s(&gguf),
+            "--mmproj",
+            s(&mmproj),
+            "--out",
+            s(&repo),
+        ],
+    ));
+    ok(&run_in(
+        home,
+        &[
+            "run",
+            "--path",
+            s(&repo),
+            "--reference",
+            s(&gguf),
+            "--mmproj",
+            s(&mmproj),
+        ],
+    ));
+    (repo, gguf, mmproj)
+}
+
+#[test]
+fn gemma3_with_an_image_in_its_prompt_meets_the_transformers_oracle() {
+    let reference: Value = serde_json::from_slice(
+        &std::fs::read(towers().join("image_reference.json")).expect("reference"),
+    )
+    .expect("json");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let home = tmp.path().join("home");
+    vlm(tmp.path(), &home);
+    let status = ok(&run_in(&home, &["status"]));
+    assert!(
+        status.contains("tower vision_weight.q4nx: verified: 39 tensors of vision_weight.q4nx pass against the mmproj\n"),
+        "served, so no note: {status}"
+    );
+    let pack = onebit_runtime::Pack::open(&pack_of(&home, "local/vlm"), false).expect("pack");
+    let spec = pack.manifest.towers[0].vision.clone().expect("served");
+    let tokens = &reference["tokens"];
+    assert_eq!(
+        (
+            u64::from(spec.start_token),
+            u64::from(spec.end_token),
+            u64::from(spec.image_token)
+        ),
+        (
+            tokens["start_of_image"].as_u64().expect("boi"),
+            tokens["end_of_image"].as_u64().expect("eoi"),
+            tokens["image_soft_token"].as_u64().expect("image")
+        )
+    );
+    assert_eq!((spec.tokens_per_image, spec.image_size), (4, 56));
+    let model = onebit_runtime::Model::load(pack).expect("model");
+    let images = model.images().expect("the image side");
+    let png = std::fs::read(towers().join("image.png")).expect("png");
+    let image = images.encode(&png).expect("encode");
+    assert!(
+        std::sync::Arc::ptr_eq(&image, &images.encode(&png).expect("again")),
+        "the same image is encoded once"
+    );
+
+    let ids: Vec<u32> = reference["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .filter_map(|v| v.as_u64().map(|v| v as u32))
+        .collect();
+    let mut session = model.session(64);
+    onebit_runtime::generate::place_images(
+        &model,
+        &mut session,
+        &ids,
+        std::slice::from_ref(&image),
+    )
+    .expect("placed");
+    let ours = model.forward(&mut session, &ids, true).expect("forward");
+    let want: Vec<Vec<f32>> = reference["logits"]
+        .as_array()
+        .expect("logits")
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .expect("row")
+                .iter()
+                .filter_map(|v| v.as_f64().map(|v| v as f32))
+                .collect()
+        })
+        .collect();
+    let vocab = want[0].len();
+    let max = want
+        .iter()
+        .enumerate()
+        .flat_map(|(p, row)| {
+            row.iter()
+                .zip(&ours[p * vocab..(p + 1) * vocab])
+                .map(|(a, b)| (a - b).abs())
+        })
+        .fold(0f32, f32::max);
+    let int8 = reference["int8_activation_cost"].as_f64().expect("cost") as f32;
+    let bound = 0.05f32.max(1.25 * int8);
+    let effect = reference["bidirectional_effect"].as_f64().expect("effect") as f32;
+    eprintln!("max |ours - transformers| = {max} (bound {bound}; a causal mask moves {effect})");
+    assert!(max <= bound, "max |ours - transformers| = {max} > {bound}");
+    assert!(
+        effect > 2.0 * bound,
+        "the oracle's image must move the logits beyond the bound ({effect})"
+    );
+
+    // An image's rows go through the model together: a pass that cuts one is refused, and a
+    // prompt fed in pieces is cut where no image is split.
+    let start = reference["image_start"].as_u64().expect("start") as usize;
+    let mut cut = model.session(64);
+    onebit_runtime::generate::place_images(&model, &mut cut, &ids, std::slice::from_ref(&image))
+        .expect("placed");
+    let rows: Vec<(usize, u32)> = ids[..start + 2].iter().map(|&t| (0, t)).collect();
+    let err = model
+        .forward_batch(&mut [&mut cut], &rows, &[])
+        .expect_err("half an image");
+    assert!(
+        err.to_string()
+            .contains("must go through the model in one pass"),
+        "{err}"
+    );
+    assert_eq!(cut.pass_end(0, start + 2), start);
+    assert_eq!(cut.pass_end(start, start + 2), start + 4);
+
+    // The prompt side: one marker becomes the processor's image sequence, whose image tokens
+    // are where the image goes.
+    let (text, n) = images.expand("Describe <start_of_image> please");
+    assert_eq!(n, 1);
+    assert!(text.contains("\n\n<start_of_image><image_soft_token><image_soft_token><image_soft_token><image_soft_token><end_of_image>\n\n"), "{text:?}");
+}
+
+/// `generate --image`: the image goes where the prompt writes `<start_of_image>`, or first; a
+/// count of markers other than the images' is refused.
+#[test]
+fn generate_image_puts_the_image_where_the_prompt_says() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let home = tmp.path().join("home");
+    let (repo, gguf, mmproj) = vlm(tmp.path(), &home);
+    let png_path = towers().join("image.png");
+    let generate = |prompt: &str, images: &[&Path]| {
+        let mut args = vec![
+            "--json",
+            "generate",
+            "--path",
+            s(&repo),
+            "--reference",
+            s(&gguf),
+            "--mmproj",
+            s(&mmproj),
+            "--prompt",
+            prompt,
+            "--max-tokens",
+            "3",
+        ];
+        for i in images {
+            args.extend(["--image", s(i)]);
+        }
+        run_in(&home, &args)
+    };
+    let plain = ok(&generate("Describe", &[]));
+    let with = ok(&generate("Describe", &[&png_path]));
+    let marked = ok(&generate("<start_of_image>Describe", &[&png_path]));
+    let tokens = |out: &str| -> u64 {
+        let v: Value = serde_json::from_str(out.lines().last().unwrap_or_default()).expect("json");
+        v["prompt_tokens"].as_u64().expect("prompt_tokens")
+    };
+    // "\n\n", start, 4 image tokens, end, "\n\n" more than the text alone.
+    let pack = onebit_runtime::Pack::open(&pack_of(&home, "local/vlm"), false).expect("pack");
+    let text = onebit_runtime::text::Text::load(&pack.tokenizer_path(), None).expect("text");
+    let newlines = text.encode_user("\n\n").expect("newlines").len() as u64;
+    assert_eq!(tokens(&with), tokens(&plain) + 6 + 2 * newlines, "{with}");
+    assert_eq!(tokens(&marked), tokens(&with), "{marked}");
+    let two = generate("<start_of_image><start_of_image>Describe", &[&png_path]);
+    assert!(!two.status.success());
+    assert!(
+        String::from_utf8_lossy(&two.stderr)
+            .contains("writes <start_of_image> 2 times for 1 --image file(s)"),
+        "{}",
+        String::from_utf8_lossy(&two.stderr)
+    );
+}

@@ -260,7 +260,8 @@ fn row_blocks(seq_pos: &[(usize, usize)], rows: usize) -> Vec<(usize, usize)> {
 }
 
 /// Causal attention of every row's queries `q` over its sequence's cache of layer `li`, into
-/// `att` (rows × heads × head_dim).
+/// `att` (rows × heads × head_dim); a row reads keys up to `ends[row]` (past its own position
+/// inside an image).
 ///
 /// Tasks: up to `rows` consecutive rows of one sequence × one KV head × some heads of its
 /// group, KV head by KV head. The keys and values of the block are read once for all its query
@@ -271,6 +272,7 @@ fn attend_rows(
     sp: &ModelSpec,
     li: usize,
     seq_pos: &[(usize, usize)],
+    ends: &[usize],
     caches: &[&LayerCache],
     q: &[f32],
     att: &mut [f32],
@@ -309,10 +311,12 @@ fn attend_rows(
             let mut queries: Vec<&[f32]> = Vec::new();
             let mut ranges: Vec<(usize, usize)> = Vec::new();
             for (t, &(_, p)) in seq_pos.iter().enumerate().take(t1).skip(t0) {
+                // The window bounds the keys before a row, not its image's rows after it
+                // (Gemma 3: AND(window, OR(causal, same image))).
                 let lo = ls.window.map(|w| (p + 1).saturating_sub(w)).unwrap_or(0);
                 for hh in h_lo..h_hi {
                     queries.push(&q[t * qr + hh * d..][..d]);
-                    ranges.push((lo, p));
+                    ranges.push((lo, ends[t]));
                 }
             }
             let first = ranges.iter().map(|r| r.0).min().unwrap_or(0);
@@ -367,7 +371,7 @@ impl Mixing for Attention {
         }
         let caches: Vec<&LayerCache> = pass.sessions.iter().map(|s| &s.kv[li]).collect();
         let mut att = vec![0f32; n * qr];
-        attend_rows(sp, li, &pass.seq_pos, &caches, &q, &mut att);
+        attend_rows(sp, li, &pass.seq_pos, &pass.ends, &caches, &q, &mut att);
         if sp.attn_output_gate {
             for (a, &g) in att.iter_mut().zip(gate.iter()) {
                 *a *= ops::sigmoid(g);

@@ -171,7 +171,14 @@ impl Model {
         let norm = b.vector("model.norm.weight", spec.norm_add_one)?;
         let exact_head = (spec.tied_head && matches!(head, Weight::Tiled { .. }))
             .then_some(1.0 / spec.tied_head_divisor);
+        let images = pack
+            .manifest
+            .towers
+            .iter()
+            .find_map(|t| Some((t.served.then_some(t.vision.clone()?)?, &t.file)))
+            .map(|(v, file)| crate::image_input::ImageEncoder::new(v, &pack.dir.join(file)));
         Ok(Model {
+            images,
             pack,
             spec,
             path,

@@ -55,6 +55,8 @@ pub(super) struct Pass<'p, 's> {
     pub sessions: &'p mut [&'s mut Session],
     /// Per row: (index into `sessions`, position).
     pub seq_pos: Vec<(usize, usize)>,
+    /// Per row: the last position its attention reads (its own, or its image's last).
+    pub ends: Vec<usize>,
     /// Per RoPE table: each row's angles, once a layer has needed them.
     pub angles: Vec<Option<Vec<ops::RopeAngles>>>,
     conv: Vec<(usize, Vec<Vec<f32>>)>,
@@ -62,15 +64,18 @@ pub(super) struct Pass<'p, 's> {
 }
 
 impl<'p, 's> Pass<'p, 's> {
-    /// A pass over `sessions` with rows at `seq_pos`, for a model with `ropes` RoPE tables.
+    /// A pass over `sessions` with rows at `seq_pos` attending up to `ends`, for a model with
+    /// `ropes` RoPE tables.
     pub fn new(
         sessions: &'p mut [&'s mut Session],
         seq_pos: Vec<(usize, usize)>,
+        ends: Vec<usize>,
         ropes: usize,
     ) -> Self {
         Pass {
             sessions,
             seq_pos,
+            ends,
             angles: vec![None; ropes],
             conv: Vec::new(),
             ssm: Vec::new(),

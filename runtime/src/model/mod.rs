@@ -64,6 +64,8 @@ pub struct Model {
     cache_type: CacheType,
     /// What every session's KV cache holds, against its budget.
     cache_memory: Arc<CacheMemory>,
+    /// The served vision tower, when the pack has one: images in prompts.
+    images: Option<crate::image_input::ImageEncoder>,
 }
 
 /// Rows in a batch from which the element-wise steps (RoPE, the gate activation) run in parallel:
@@ -84,6 +86,12 @@ pub const DEFAULT_HEAD_RESCORE: usize = 128;
 pub const PREFILL_ROWS: usize = 512;
 
 impl Model {
+    /// The image side of the model: its served vision tower's encoder, or `None` for a model that
+    /// takes text only (no tower, or one the pack does not serve: `manifest.json` says why).
+    pub fn images(&self) -> Option<&crate::image_input::ImageEncoder> {
+        self.images.as_ref()
+    }
+
     /// Re-scores the `k` best candidates of each token's tiled head against the exact head (the
     /// bf16 embedding of a tied model; see [`onebit_kernels::head`]); 0 turns it off. Returns the count in
     /// effect: 0 when the head is not tiles of a tied embedding, where nothing is approximate or
@@ -220,6 +228,7 @@ impl Model {
                 .collect(),
             reads_top: 0,
             allowed: None,
+            images: Vec::new(),
         }
     }
 
@@ -229,10 +238,14 @@ impl Model {
     pub fn forward(&self, s: &mut Session, tokens: &[u32], all: bool) -> Result<Vec<f32>> {
         let n = tokens.len();
         let mut logits = Vec::new();
-        for (c, chunk) in tokens.chunks(PREFILL_ROWS).enumerate() {
+        let mut done = 0;
+        while done < n {
+            // A pass ends where it splits no image placed in the session.
+            let end = s.pass_end(s.pos, s.pos + (n - done).min(PREFILL_ROWS)) - s.pos;
+            let chunk = &tokens[done..done + end.min(n - done)];
             let rows: Vec<(usize, u32)> = chunk.iter().map(|&t| (0, t)).collect();
-            let last = (c + 1) * PREFILL_ROWS >= n;
-            let want: Vec<usize> = match (all, last) {
+            done += chunk.len();
+            let want: Vec<usize> = match (all, done == n) {
                 (true, _) => (0..chunk.len()).collect(),
                 (false, true) => vec![chunk.len() - 1],
                 (false, false) => Vec::new(),
@@ -325,26 +338,14 @@ impl Model {
         for (s, &end) in sessions.iter_mut().zip(&next) {
             s.grow(end)?;
         }
+        let ends = image_ends(sessions, &seq_pos, &next)?;
+        let x = self.embed_rows(sessions, rows, &seq_pos)?;
         let h = sp.hidden;
-        let mut row = vec![0u8; h * 2];
-        let mut x = vec![0f32; n * h];
-        for (t, &(_, tok)) in rows.iter().enumerate() {
-            let id = tok as usize;
-            if id >= sp.vocab {
-                return Err(Error::Request {
-                    field: "tokens",
-                    reason: format!("token id {id} is outside the {}-token vocabulary", sp.vocab),
-                });
-            }
-            self.embedding_row(id, &mut row);
-            for (j, c) in row.chunks_exact(2).enumerate() {
-                x[t * h + j] = half::bf16::from_le_bytes([c[0], c[1]]).to_f32() * sp.embed_scale;
-            }
-        }
+        let mut x = x;
         let mut hbuf = vec![0f32; n * h];
         let mut o = vec![0f32; n * h];
         let mut ffn = ffn::Scratch::new(n, sp.ffn);
-        let mut pass = Pass::new(sessions, seq_pos, sp.ropes.len());
+        let mut pass = Pass::new(sessions, seq_pos, ends, sp.ropes.len());
         for (li, l) in self.layers.iter().enumerate() {
             ops::rmsnorm(&x, &l.attn_norm, sp.eps, &mut hbuf);
             l.mixing.forward(self, li, &hbuf, &mut pass, &mut o)?;
@@ -386,6 +387,50 @@ impl Model {
             .map(|&w| sessions[rows[w].0].allowed.as_deref())
             .collect();
         Ok((self.head_logits(&reads, &allowed, &xs)?, states))
+    }
+
+    /// The pass's input rows, `[rows][hidden]`: each token's embedding row (scaled as the family
+    /// scales it), or, at a position an image is placed over, the image's embedding row as the
+    /// tower made it.
+    fn embed_rows(
+        &self,
+        sessions: &[&mut Session],
+        rows: &[(usize, u32)],
+        seq_pos: &[(usize, usize)],
+    ) -> Result<Vec<f32>> {
+        let sp = &self.spec;
+        let h = sp.hidden;
+        let mut row = vec![0u8; h * 2];
+        let mut x = vec![0f32; rows.len() * h];
+        for (t, (&(_, tok), &(i, p))) in rows.iter().zip(seq_pos).enumerate() {
+            let out = &mut x[t * h..(t + 1) * h];
+            if let Some((start, image)) = sessions[i].image_at(p) {
+                if image.values.len() != image.tokens * h {
+                    return Err(Error::Request {
+                        field: "image",
+                        reason: format!(
+                            "{} image values for {} tokens of a {h}-wide model",
+                            image.values.len(),
+                            image.tokens
+                        ),
+                    });
+                }
+                out.copy_from_slice(&image.values[(p - start) * h..(p - start + 1) * h]);
+                continue;
+            }
+            let id = tok as usize;
+            if id >= sp.vocab {
+                return Err(Error::Request {
+                    field: "tokens",
+                    reason: format!("token id {id} is outside the {}-token vocabulary", sp.vocab),
+                });
+            }
+            self.embedding_row(id, &mut row);
+            for (j, c) in row.chunks_exact(2).enumerate() {
+                out[j] = half::bf16::from_le_bytes([c[0], c[1]]).to_f32() * sp.embed_scale;
+            }
+        }
+        Ok(x)
     }
 
     /// Row `r` of the bf16 embedding into `out` (`2 × hidden` bytes), read from the file where
@@ -474,4 +519,36 @@ impl Model {
         }
         Ok(logits)
     }
+}
+
+/// Per row, the last position its attention reads: its own (causal), or the last of the image
+/// it belongs to (an image's rows attend to each other both ways). Refuses a pass that holds
+/// only part of an image: its rows would attend to positions not yet (or no longer) written.
+/// `next[i]` is where sequence `i`'s rows of this pass end.
+fn image_ends(
+    sessions: &[&mut Session],
+    seq_pos: &[(usize, usize)],
+    next: &[usize],
+) -> Result<Vec<usize>> {
+    seq_pos
+        .iter()
+        .map(|&(i, p)| {
+            let s = &sessions[i];
+            let Some((start, image)) = s.image_at(p) else {
+                return Ok(p);
+            };
+            let end = start + image.tokens;
+            if start < s.pos || end > next[i] {
+                return Err(Error::Request {
+                    field: "image",
+                    reason: format!(
+                        "an image's {} tokens (positions {start}..{end}) must go through the \
+                         model in one pass; this one holds positions {}..{}",
+                        image.tokens, s.pos, next[i]
+                    ),
+                });
+            }
+            Ok(end - 1)
+        })
+        .collect()
 }

@@ -2,7 +2,12 @@
 //! state of each short-convolution or gated-DeltaNet layer, and how much of each row's logits its
 //! reader uses. The forward pass writes it; `Model::session` makes one sized for the model.
 
+use std::sync::Arc;
+
 use onebit_kernels::kv::LayerCache;
+
+use crate::error::{Error, Result};
+use crate::image_input::ImageEmbeds;
 
 /// The KV cache, recurrent state and position of one sequence. A clone is an independent copy
 /// that continues from the same point (a fork of the sequence).
@@ -24,6 +29,10 @@ pub struct Session {
     pub(super) reads_top: usize,
     /// The only tokens its next logits row may rank (a grammar's mask, a bit per token).
     pub(super) allowed: Option<std::sync::Arc<[u32]>>,
+    /// Images placed in the sequence: (first position, embeddings), in position order. Their
+    /// rows take the image's embeddings instead of the tokens', and attend to each other both
+    /// ways (Gemma 3: bidirectional inside an image, causal elsewhere).
+    pub(super) images: Vec<(usize, Arc<ImageEmbeds>)>,
 }
 
 impl Session {
@@ -38,6 +47,7 @@ impl Session {
             ssm: Vec::new(),
             reads_top: 0,
             allowed: None,
+            images: Vec::new(),
         }
     }
 
@@ -57,12 +67,102 @@ impl Session {
         self.allowed = allowed;
     }
 
+    /// Places `image` at positions `at..at + image.tokens` (not yet run): when the forward pass
+    /// reaches them, their rows read the image's embeddings, whatever tokens they carry (the
+    /// prompt's image tokens), and attend to every row of the image. Refuses a place already run
+    /// or overlapping another image.
+    pub fn place_image(&mut self, at: usize, image: Arc<ImageEmbeds>) -> Result<()> {
+        let end = at + image.tokens;
+        if at < self.pos || end > self.capacity {
+            return Err(Error::Request {
+                field: "image",
+                reason: format!(
+                    "an image at positions {at}..{end} of a sequence at {} with room for {}",
+                    self.pos, self.capacity
+                ),
+            });
+        }
+        if let Some((s, other)) = self
+            .images
+            .iter()
+            .find(|(s, o)| *s < end && at < s + o.tokens)
+        {
+            return Err(Error::Request {
+                field: "image",
+                reason: format!(
+                    "an image at positions {at}..{end} overlaps the one at {s}..{}",
+                    s + other.tokens
+                ),
+            });
+        }
+        let i = self.images.partition_point(|(s, _)| *s < at);
+        self.images.insert(i, (at, image));
+        Ok(())
+    }
+
+    /// Places each image of `places` (first position, embeddings: what
+    /// `ImageEncoder::places` found in the prompt this session holds and will hold, from
+    /// position 0). An image over positions already run (a reused cache's prefix) must be the one
+    /// the session ran there.
+    pub fn place_images(&mut self, places: &[(usize, &Arc<ImageEmbeds>)]) -> Result<()> {
+        for &(at, image) in places {
+            if at < self.pos {
+                match self.image_at(at) {
+                    Some((s, held)) if s == at && held.digest == image.digest => continue,
+                    _ => {
+                        return Err(Error::Internal(format!(
+                            "the cache resumed at {} holds another image at {at}",
+                            self.pos
+                        )));
+                    }
+                }
+            }
+            self.place_image(at, image.clone())?;
+        }
+        Ok(())
+    }
+
+    /// The image placed over position `p`, with its first position.
+    pub fn image_at(&self, p: usize) -> Option<(usize, &Arc<ImageEmbeds>)> {
+        self.images
+            .iter()
+            .find(|(s, im)| *s <= p && p < s + im.tokens)
+            .map(|(s, im)| (*s, im))
+    }
+
+    /// The images placed in this sequence: (first position, embeddings), in order.
+    pub fn images(&self) -> &[(usize, Arc<ImageEmbeds>)] {
+        &self.images
+    }
+
+    /// Where a pass over positions `from..to` must end so that it splits no image (an image's
+    /// rows attend to each other, so they go through the model together): `to`, or the start of
+    /// the image `to` would cut, or its end where the image starts at `from`.
+    pub fn pass_end(&self, from: usize, to: usize) -> usize {
+        match self.image_at(to.saturating_sub(1)) {
+            Some((s, im)) if s + im.tokens > to => {
+                if s > from {
+                    s
+                } else {
+                    s + im.tokens
+                }
+            }
+            _ => to,
+        }
+    }
+
     /// Forgets everything after position `pos` (keeps a shared prompt prefix) and returns the
     /// position kept. Recurrent state (a convolution's last inputs, a delta-rule state) holds no history
     /// to rewind to: a session with such layers goes back to position 0, its state cleared,
     /// whenever `pos` is before its current position. Truncating to 0 always starts afresh.
+    /// An image is kept whole or not at all: a `pos` inside one keeps the positions before it.
     pub fn truncate(&mut self, pos: usize) -> usize {
+        let pos = match self.image_at(pos) {
+            Some((s, _)) if s < pos => s,
+            _ => pos,
+        };
         if pos >= self.pos {
+            self.images.retain(|(s, _)| *s < self.pos);
             return self.pos;
         }
         if pos == 0 || self.has_recurrent_state() {
@@ -76,6 +176,8 @@ impl Session {
         for c in &mut self.kv {
             c.shrink(self.pos);
         }
+        let kept = self.pos;
+        self.images.retain(|(s, _)| *s < kept);
         self.pos
     }
 

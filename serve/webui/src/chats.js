@@ -84,7 +84,16 @@ export class Chats {
   }
 
   save() {
-    localStorage.setItem(KEY, JSON.stringify(this.list));
+    try {
+      localStorage.setItem(KEY, JSON.stringify(this.list));
+    } catch {
+      // Over the browser's storage quota (images are large): kept without their images' bytes.
+      const light = this.list.map((c) => ({
+        ...c,
+        messages: c.messages.map(({ images, ...m }) => (images ? { ...m, content: `${m.content} [image]` } : m)),
+      }));
+      localStorage.setItem(KEY, JSON.stringify(light));
+    }
     localStorage.setItem(CURRENT, this.currentId);
   }
 }

@@ -9,6 +9,10 @@ const $ = (id) => document.getElementById(id);
 const chats = new Chats();
 let running = null; // the AbortController of the answer being streamed
 let served = null; // /props
+let attached = []; // data: URLs of the images the next message carries
+
+// The image types the server decodes.
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/webp", "image/gif"];
 
 const SETTINGS = Object.keys(DEFAULTS);
 
@@ -85,6 +89,7 @@ async function loadPack() {
     if (health.key_required && !key()) await askKey();
     served = await withKey(props);
     showPack(served);
+    $("attach").hidden = !served?.modalities?.image;
   } catch (e) {
     $("pack").replaceChildren(el("span", "error", `cannot reach the server: ${e.message}`));
   }
@@ -137,6 +142,11 @@ function stats(s) {
 function messageNode(m) {
   const box = el("article", `msg ${m.role}`);
   if (m.role === "user") {
+    if (m.images?.length) {
+      const strip = el("div", "images");
+      for (const url of m.images) strip.append(imageNode(url));
+      box.append(strip);
+    }
     box.append(el("div", "text plain", m.content));
     return box;
   }
@@ -164,6 +174,49 @@ function messageNode(m) {
   return box;
 }
 
+// An image of a message: only data: URLs of image types are shown (they are all the page makes).
+function imageNode(url) {
+  const img = el("img", "thumb");
+  img.alt = "attached image";
+  if (typeof url === "string" && IMAGE_TYPES.some((t) => url.startsWith(`data:${t};base64,`))) {
+    img.src = url;
+  }
+  return img;
+}
+
+// ---- attaching images ---------------------------------------------------------------------------
+
+function showAttached() {
+  const box = $("attached");
+  box.replaceChildren();
+  attached.forEach((url, i) => {
+    const item = el("span", "attached");
+    const drop = el("button", "icon", "×");
+    drop.type = "button";
+    drop.title = "Remove";
+    drop.addEventListener("click", () => {
+      attached.splice(i, 1);
+      showAttached();
+    });
+    item.append(imageNode(url), drop);
+    box.append(item);
+  });
+  box.hidden = attached.length === 0;
+}
+
+function attach(files) {
+  if (!served?.modalities?.image) return;
+  for (const f of files) {
+    if (!IMAGE_TYPES.includes(f.type)) continue;
+    const r = new FileReader();
+    r.onload = () => {
+      attached.push(r.result);
+      showAttached();
+    };
+    r.readAsDataURL(f);
+  }
+}
+
 function showMessages() {
   const box = $("messages");
   box.replaceChildren(...chats.current().messages.map(messageNode));
@@ -188,7 +241,11 @@ function requestBody(c) {
   const messages = [];
   if (c.system?.trim()) messages.push({ role: "system", content: c.system });
   for (const m of c.messages) {
-    if (m.role === "user" || (m.role === "assistant" && !m.error)) {
+    if (m.role === "user" && m.images?.length) {
+      const parts = m.images.map((url) => ({ type: "image_url", image_url: { url } }));
+      parts.push({ type: "text", text: m.content });
+      messages.push({ role: "user", content: parts });
+    } else if (m.role === "user" || (m.role === "assistant" && !m.error)) {
       messages.push({ role: m.role, content: m.content });
     }
   }
@@ -207,10 +264,10 @@ function setRunning(r) {
   document.body.classList.toggle("running", Boolean(r));
 }
 
-async function send(text) {
+async function send(text, images) {
   const c = chats.current();
-  if (c.messages.length === 0) c.title = text.slice(0, 48);
-  c.messages.push({ role: "user", content: text });
+  if (c.messages.length === 0) c.title = text.slice(0, 48) || "image";
+  c.messages.push(images.length ? { role: "user", content: text, images } : { role: "user", content: text });
   const answer = { role: "assistant", content: "", reasoning: "" };
   const body = requestBody(c);
   c.messages.push(answer);
@@ -285,11 +342,36 @@ function wire() {
       return;
     }
     const text = input.value.trim();
-    if (!text) return;
+    if (!text && attached.length === 0) return;
+    const images = attached;
+    attached = [];
+    showAttached();
     input.value = "";
     input.style.height = "";
-    send(text);
+    send(text, images);
   });
+  $("attach").addEventListener("click", () => $("attach-file").click());
+  $("attach-file").addEventListener("change", (ev) => {
+    attach(ev.target.files);
+    ev.target.value = "";
+  });
+  input.addEventListener("paste", (ev) => {
+    const files = [...(ev.clipboardData?.files ?? [])];
+    if (files.some((f) => IMAGE_TYPES.includes(f.type)) && served?.modalities?.image) {
+      ev.preventDefault();
+      attach(files);
+    }
+  });
+  for (const zone of [$("composer"), $("messages")]) {
+    zone.addEventListener("dragover", (ev) => {
+      if (served?.modalities?.image && ev.dataTransfer?.types?.includes("Files")) ev.preventDefault();
+    });
+    zone.addEventListener("drop", (ev) => {
+      if (!served?.modalities?.image) return;
+      ev.preventDefault();
+      attach(ev.dataTransfer?.files ?? []);
+    });
+  }
   input.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
       ev.preventDefault();

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use onebit_pack::manifest::{
     EMBEDDING_NAMES, FORMAT, HEAD_SCAN_FILE, HeadScan, Manifest, Provenance, Tower, VERSION,
-    Verification,
+    Verification, VisionSpec,
 };
 use onebit_pack::{TileLayout, scan};
 use onebit_pipeline::{Input, Stage, StageContext, StageError, StageId};
@@ -22,6 +22,8 @@ use crate::format::q4nx::{Container, Dtype};
 use crate::layout::TensorLayout;
 use crate::model_spec::{model_spec, tensor_entries};
 use crate::semantics::Semantics;
+use crate::tower::names::TowerFamily;
+use crate::tower::spec::{SpecSources, vision_spec};
 use crate::tower::{TowerKind, not_served, stage_name};
 use crate::verify::PackVerdict;
 
@@ -55,7 +57,10 @@ impl RepackStage {
     /// decisions), and the pack holds the repaired bytes when the graph repairs.
     /// v7: LFM2 packs: the model spec's short-convolution layers beside attention.
     /// v8: Qwen3.5 packs: the model spec's gated-DeltaNet layers.
-    pub const ID: StageId<'static> = StageId::new("repack", 8);
+    /// v9: a vision tower's runtime spec (`towers[].vision`: geometry, preprocessing, image
+    /// tokens, from config.json, tokenizer.json and preprocessor_config.json), and it is served
+    /// when it verifies.
+    pub const ID: StageId<'static> = StageId::new("repack", 9);
 }
 
 impl Stage for RepackStage {
@@ -81,6 +86,17 @@ impl Stage for RepackStage {
             self.dir.join("tokenizer.json"),
         ));
         v.push(Input::artifact("semantics", "semantics", "semantics.json"));
+        if !self.towers.is_empty() {
+            // Where the runtime reads a vision tower's geometry, tokens and preprocessing.
+            for (name, file) in [
+                ("config", "config.json"),
+                ("preprocessor_config", "preprocessor_config.json"),
+            ] {
+                if self.dir.join(file).is_file() {
+                    v.push(Input::external(name, self.dir.join(file)));
+                }
+            }
+        }
         for (file, _) in &self.towers {
             v.push(Input::external(
                 &format!("tower:{file}"),
@@ -148,6 +164,7 @@ impl Stage for RepackStage {
         let mut all_decisions: Vec<String> = sem.decisions.iter().map(|d| d.to_string()).collect();
         all_decisions.extend(decisions);
         all_decisions.extend(verdict.repaired.iter().map(|r| format!("repaired {r}")));
+        let towers = self.pack_towers(ctx, &out, spec.as_ref().map(|s| s.hidden))?;
         let mut manifest = Manifest {
             format: FORMAT.into(),
             version: VERSION,
@@ -169,7 +186,7 @@ impl Stage for RepackStage {
             chat_template,
             decisions: all_decisions,
             head_scan: None,
-            towers: self.pack_towers(ctx, &out)?,
+            towers,
         };
         fs_err::write(
             out.join("manifest.json"),
@@ -197,8 +214,14 @@ impl Stage for RepackStage {
 /// when the head is tied and stored as tiles: the host then scans it and re-scores the best
 /// candidates against the bf16 embedding. Returns its manifest entry and the decision.
 impl RepackStage {
-    /// Links each tower file into the pack beside `model.q4nx` and records its verdict.
-    fn pack_towers(&self, ctx: &StageContext<'_>, out: &Path) -> Result<Vec<Tower>, StageError> {
+    /// Links each tower file into the pack beside `model.q4nx` and records its verdict and, for
+    /// a verified vision tower, how the runtime runs it (or why it cannot).
+    fn pack_towers(
+        &self,
+        ctx: &StageContext<'_>,
+        out: &Path,
+        text_hidden: Option<usize>,
+    ) -> Result<Vec<Tower>, StageError> {
         let mut towers = Vec::new();
         for (file, kind) in &self.towers {
             let source = fs_err::canonicalize(ctx.input(&format!("tower:{file}"))?)?;
@@ -212,19 +235,66 @@ impl RepackStage {
             )?)?;
             let mut h = blake3::Hasher::new();
             h.update_mmap_rayon(&source)?;
-            let note = not_served(*kind);
+            let (vision, note) = match not_served(*kind) {
+                Some(why) => (None, Some(why.to_string())),
+                None if !verdict.verified => (
+                    None,
+                    Some("the tower did not verify against an mmproj GGUF (run with --mmproj GGUF): images are refused".to_string()),
+                ),
+                None => match self.vision_spec(ctx, &source, text_hidden) {
+                    Ok(s) => (Some(s), None),
+                    Err(why) => (None, Some(why)),
+                },
+            };
             towers.push(Tower {
                 file: file.clone(),
                 kind: kind.as_str().to_string(),
                 verified: verdict.verified,
                 tensors: Container::open(&source)?.tensors().len(),
                 summary: verdict.summary,
-                served: note.is_none(),
-                not_served: note.map(str::to_string),
+                served: vision.is_some(),
+                not_served: note,
                 blake3: h.finalize().to_hex().to_string(),
+                vision,
             });
         }
         Ok(towers)
+    }
+
+    /// The vision tower's runtime spec from the repository's config, tokenizer and processor
+    /// settings, or why images cannot be served from it.
+    fn vision_spec(
+        &self,
+        ctx: &StageContext<'_>,
+        tower: &Path,
+        text_hidden: Option<usize>,
+    ) -> Result<VisionSpec, String> {
+        let json = |name: &str| -> Result<Option<serde_json::Value>, String> {
+            let Ok(path) = ctx.input(name) else {
+                return Ok(None);
+            };
+            let bytes = fs_err::read(path).map_err(|e| e.to_string())?;
+            serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let text_hidden = text_hidden
+            .ok_or("the host cannot run the language model, so it encodes no images for it")?;
+        let config = json("config")?.ok_or("the repository has no config.json")?;
+        let tokenizer = json("tokenizer")?.ok_or("the repository has no tokenizer.json")?;
+        let preprocessor = json("preprocessor_config")?;
+        let family = Container::open(tower)
+            .map_err(|e| e.to_string())?
+            .tensors()
+            .iter()
+            .find_map(|t| TowerFamily::of_tensor(&t.name));
+        vision_spec(&SpecSources {
+            family,
+            config: &config,
+            tokenizer: &tokenizer,
+            preprocessor: preprocessor.as_ref(),
+            text_hidden,
+        })
     }
 }
 

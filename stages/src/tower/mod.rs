@@ -6,6 +6,7 @@
 
 pub mod detect;
 pub mod names;
+pub mod spec;
 pub mod verify;
 
 use serde::{Deserialize, Serialize};
@@ -56,12 +57,12 @@ pub fn stage_name(stage: &str, file: &str) -> String {
     format!("{stage}:{file}")
 }
 
-/// Why a verified tower is not served: what the runtime lacks for it, or `None` when it serves
-/// it.
+/// Why no tower of this kind is served, whatever it holds; `None` for a vision tower, which is
+/// served when it verifies and the repository says how to run it ([`spec::vision_spec`]).
 pub fn not_served(kind: TowerKind) -> Option<&'static str> {
-    Some(match kind {
-        TowerKind::Vision => "the host runtime has no vision encoder yet: images are refused",
-        TowerKind::Audio => "nothing serves audio yet",
-        TowerKind::ImageAudio => "nothing serves images or audio of this file yet",
-    })
+    match kind {
+        TowerKind::Vision => None,
+        TowerKind::Audio => Some("nothing serves audio yet"),
+        TowerKind::ImageAudio => Some("nothing serves images or audio of this file yet"),
+    }
 }

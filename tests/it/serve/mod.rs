@@ -16,6 +16,7 @@ mod batching;
 mod choices;
 mod clients;
 mod embeddings;
+mod images;
 mod logprobs;
 mod webui;
 
