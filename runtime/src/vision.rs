@@ -5,8 +5,8 @@
 //! norm, the input projection into the language model's width), as transformers'
 //! `Gemma3ForConditionalGeneration.get_image_features` computes it.
 //!
-//! This is the reference path: f32 arithmetic on the tower's bf16 weights (unblocked once from
-//! their MM blocks), rows spread over threads. It is what faster paths are checked against.
+//! f32 arithmetic on the tower's bf16 weights (unblocked once from their MM blocks): the
+//! projections and attention as sgemm products ([`crate::sgemm`]), rows spread over threads.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +18,7 @@ use rayon::prelude::*;
 
 use crate::error::{Error, Result, io_at};
 use crate::pack::{Stored, parse_header};
+use crate::sgemm::{Rows, matmul, matmul_t};
 
 /// A Gemma 3 vision tower's geometry: SigLIP's, and what the projector pools to and projects
 /// into.
@@ -70,16 +71,25 @@ impl Linear {
     fn apply(&self, x: &[f32]) -> Vec<f32> {
         let n = x.len() / self.inp;
         let mut y = vec![0.0f32; n * self.out];
-        y.par_chunks_mut(self.out)
-            .zip(x.par_chunks(self.inp))
-            .for_each(|(yr, xr)| {
-                for (o, yo) in yr.iter_mut().enumerate() {
-                    let w = &self.w[o * self.inp..(o + 1) * self.inp];
-                    let dot: f32 = w.iter().zip(xr).map(|(a, b)| a * b).sum();
-                    *yo = dot + self.b.get(o).copied().unwrap_or(0.0);
+        let rows = |data, rows, cols| Rows {
+            data,
+            rows,
+            cols,
+            stride: cols,
+        };
+        matmul_t(
+            rows(x, n, self.inp),
+            rows(&self.w, self.out, self.inp),
+            &mut y,
+            self.out,
+        );
+        if !self.b.is_empty() {
+            y.par_chunks_mut(self.out).for_each(|yr| {
+                for (v, b) in yr.iter_mut().zip(&self.b) {
+                    *v += b;
                 }
             });
-        debug_assert_eq!(y.len(), n * self.out);
+        }
         y
     }
 }
@@ -337,27 +347,56 @@ impl GemmaVision {
         let hd = d / self.cfg.heads;
         let scale = 1.0 / (hd as f32).sqrt();
         let mut attn = vec![0.0f32; n * d];
-        attn.par_chunks_mut(d).enumerate().for_each(|(i, out)| {
-            for head in 0..self.cfg.heads {
-                let qi = &q[i * d + head * hd..i * d + (head + 1) * hd];
-                let scores: Vec<f32> = (0..n)
-                    .map(|j| {
-                        let kj = &k[j * d + head * hd..j * d + (head + 1) * hd];
-                        qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>() * scale
-                    })
-                    .collect();
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let e: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-                let total: f32 = e.iter().sum();
-                let o = &mut out[head * hd..(head + 1) * hd];
-                for (j, w) in e.iter().enumerate() {
-                    let vj = &v[j * d + head * hd..j * d + (head + 1) * hd];
-                    for (a, b) in o.iter_mut().zip(vj) {
-                        *a += w / total * b;
+        // Blocks of query rows, each through every head: scores Q·Kᵀ, softmax, times V, all
+        // reading and writing the head's columns in place.
+        let block = 64;
+        attn.par_chunks_mut(block * d)
+            .enumerate()
+            .for_each(|(bi, out)| {
+                let r0 = bi * block;
+                let rows = out.len() / d;
+                let mut scores = vec![0.0f32; rows * n];
+                for head in 0..self.cfg.heads {
+                    let col = head * hd;
+                    let queries = Rows {
+                        data: &q[r0 * d + col..],
+                        rows,
+                        cols: hd,
+                        stride: d,
+                    };
+                    let keys = Rows {
+                        data: &k[col..],
+                        rows: n,
+                        cols: hd,
+                        stride: d,
+                    };
+                    matmul_t(queries, keys, &mut scores, n);
+                    for row in scores.chunks_mut(n) {
+                        let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s * scale));
+                        let mut total = 0.0f32;
+                        for s in row.iter_mut() {
+                            *s = (*s * scale - max).exp();
+                            total += *s;
+                        }
+                        for s in row.iter_mut() {
+                            *s /= total;
+                        }
                     }
+                    let probs = Rows {
+                        data: &scores,
+                        rows,
+                        cols: n,
+                        stride: n,
+                    };
+                    let values = Rows {
+                        data: &v[col..],
+                        rows: n,
+                        cols: hd,
+                        stride: d,
+                    };
+                    matmul(probs, values, &mut out[col..], d);
                 }
-            }
-        });
+            });
         for (a, b) in h.iter_mut().zip(l.o.apply(&attn)) {
             *a += b;
         }
