@@ -59,7 +59,7 @@ features=()
 if [ -f /usr/include/xrt/xrt/xrt_device.h ]; then
   features=(--features onebit-xrt/xrt)
 fi
-step "building the tests (a fresh clone compiles for 15-18 minutes on 2 cores)"
+step "building the tests (a fresh clone compiles for about 14 minutes on 2 cores)"
 cargo test --workspace --no-run --lib --tests "${features[@]}"
 done_step
 if [ -n "$s3s_pid" ]; then
