@@ -456,14 +456,11 @@ pub fn place_images(
     ids: &[u32],
     images: &[std::sync::Arc<crate::image_input::ImageEmbeds>],
 ) -> Result<()> {
-    match model.images() {
-        Some(enc) => session.place_images(&enc.places(ids, images)?),
-        None if images.is_empty() => Ok(()),
-        None => Err(Error::Request {
-            field: "image",
-            reason: "this model takes no images (its pack serves no vision tower)".into(),
-        }),
+    if images.is_empty() && model.images().is_none() {
+        return Ok(());
     }
+    let enc = model.image_encoder()?;
+    session.place_images(&enc.places(ids, images)?)
 }
 
 /// Teacher-forced evaluation of a token sequence, as llama.cpp's `perplexity` tool scores it:

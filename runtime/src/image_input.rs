@@ -112,14 +112,6 @@ impl ImageEncoder {
         )
     }
 
-    /// `prompt` with each image marker (`<start_of_image>`) expanded into the image's tokens,
-    /// and how many there were.
-    pub fn expand(&self, prompt: &str) -> (String, usize) {
-        let marker = &self.spec.start_text;
-        let n = prompt.matches(marker.as_str()).count();
-        (prompt.replace(marker.as_str(), &self.image_text()), n)
-    }
-
     /// Where each of `images` goes in the prompt `ids`: the first position of each run of image
     /// tokens, in order. Refuses a count of runs other than the images', or a run of another
     /// length than an image's tokens.

@@ -63,19 +63,7 @@ fn encode_images(model: &Model, images: &[Vec<u8>]) -> Result<Vec<Arc<ImageEmbed
     if images.is_empty() {
         return Ok(Vec::new());
     }
-    let Some(enc) = model.images() else {
-        let why = model
-            .pack
-            .manifest
-            .towers
-            .iter()
-            .find_map(|t| t.not_served.clone())
-            .unwrap_or_else(|| "its pack has no vision tower".into());
-        return Err(Error::Request {
-            field: "image",
-            reason: format!("this model takes text only: {why}"),
-        });
-    };
+    let enc = model.image_encoder()?;
     images.iter().map(|b| enc.encode(b)).collect()
 }
 

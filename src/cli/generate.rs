@@ -251,18 +251,9 @@ fn encode_images(
     if files.is_empty() {
         return Ok(Vec::new());
     }
-    let Some(enc) = model.images() else {
-        let why = model
-            .pack
-            .manifest
-            .towers
-            .iter()
-            .find_map(|t| t.not_served.clone())
-            .unwrap_or_else(|| "the pack has no vision tower".into());
-        anyhow::bail!(super::Refused(format!(
-            "--image: this pack serves text only ({why})"
-        )));
-    };
+    let enc = model
+        .image_encoder()
+        .map_err(|e| anyhow::Error::new(super::Refused(format!("--image: {e}"))))?;
     files
         .iter()
         .map(|(f, bytes)| {

@@ -92,6 +92,24 @@ impl Model {
         self.images.as_ref()
     }
 
+    /// [`Model::images`], or the refusal a request with images gets from a model that takes text
+    /// only, naming why (the pack's reason its tower is not served, or that it has none).
+    pub fn image_encoder(&self) -> Result<&crate::image_input::ImageEncoder> {
+        self.images.as_ref().ok_or_else(|| {
+            let why = self
+                .pack
+                .manifest
+                .towers
+                .iter()
+                .find_map(|t| t.not_served.clone())
+                .unwrap_or_else(|| "its pack has no vision tower".into());
+            Error::Request {
+                field: "image",
+                reason: format!("this model takes text only: {why}"),
+            }
+        })
+    }
+
     /// Re-scores the `k` best candidates of each token's tiled head against the exact head (the
     /// bf16 embedding of a tied model; see [`onebit_kernels::head`]); 0 turns it off. Returns the count in
     /// effect: 0 when the head is not tiles of a tied embedding, where nothing is approximate or
