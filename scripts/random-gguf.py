@@ -245,10 +245,11 @@ class Dims:
         return {f"{arch}.{k}": v for k, v in m.items()}
 
 
-def check_against_template(fam: str, case: str) -> gguf.GGUFReader:
-    """The template GGUF, after checking that this script's tensors for the template's own config
-    are exactly llama.cpp's (names, shapes, order of layers aside)."""
-    path = ORACLES / case
+def check_against_template(fam: str, path: Path) -> gguf.GGUFReader:
+    """The template GGUF (`path/model-q4_0.gguf`), after checking that this script's tensors for
+    the template's own config (`path/hf/config.json`) are exactly llama.cpp's (names, shapes, order
+    of layers aside)."""
+    case = path.name
     reader = gguf.GGUFReader(path / "model-q4_0.gguf")
     dims = Dims(fam, text_config(json.loads((path / "hf" / "config.json").read_text())))
     ours = {n: s for n, s, _ in dims.tensors()}
@@ -285,12 +286,18 @@ def main() -> None:
     ap.add_argument("--quant", choices=["q4_0", "q4_1"], default="q4_0")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--template", type=Path,
+        help="a folder with model-q4_0.gguf and hf/config.json of the same family to take the "
+        "metadata and vocabulary from [default: the family's tests/fixtures/oracle case]; "
+        "tests/fixtures/towers/gemma3 gives a Gemma 3 vocabulary with its image tokens",
+    )
     a = ap.parse_args()
     cfg_path = a.config / "config.json" if a.config.is_dir() else a.config
     cfg = text_config(json.loads(cfg_path.read_text()))
     fam = family(cfg)
-    case = template_case(fam, cfg)
-    tpl = check_against_template(fam, case)
+    template = a.template or ORACLES / template_case(fam, cfg)
+    tpl = check_against_template(fam, template)
     dims = Dims(fam, cfg)
     qtype = gguf.GGMLQuantizationType.Q4_0 if a.quant == "q4_0" else gguf.GGMLQuantizationType.Q4_1
     arch = field_value(tpl.fields["general.architecture"])
@@ -346,7 +353,7 @@ def main() -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(f"{a.out}: {fam} ({case} template), {params / 1e9:.3f} B parameters, {a.quant}")
+    print(f"{a.out}: {fam} (template {template.name}), {params / 1e9:.3f} B parameters, {a.quant}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 //! behind a run-time CPU check; this crate alone is compiled at `opt-level = 3` in dev builds.
 
 pub mod attend;
+pub mod gemm;
 pub mod head;
 pub mod kv;
 pub mod matmul;

@@ -152,6 +152,27 @@ fn gate_rows_portable(act: onebit_pack::spec::Act, g: &mut [f32], u: &[f32]) {
     }
 }
 
+/// Tanh-approximated GELU in place (`gelu_pytorch_tanh`, as `x·σ(2y)` through [`exp_fast`]): an
+/// image encoder's MLP, AVX2 + FMA where the CPU has it.
+pub fn gelu_rows(g: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: `simd()` checked AVX2 and FMA.
+        return unsafe { avx2::gelu_rows(g) };
+    }
+    gelu_rows_portable(g)
+}
+
+#[inline(always)]
+fn gelu_rows_portable(g: &mut [f32]) {
+    const C: f32 = 0.797_884_6; // √(2/π)
+    for a in g.iter_mut() {
+        let x = *a;
+        let y = C * (x + 0.044_715 * x * x * x);
+        *a = x / (1.0 + exp_fast(-2.0 * y));
+    }
+}
+
 /// Softmax in place (max-subtracted): attention's weights over every key in its window.
 ///
 /// eˣ by [`exp_fast`] and the max and the sum kept in eight partial values, combined in one fixed
@@ -172,6 +193,26 @@ const SOFTMAX_LANES: usize = 8;
 
 #[inline(always)]
 fn softmax_portable(x: &mut [f32]) {
+    let inv = 1.0 / exp_shifted_portable(x);
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// `x[i] = e^(x[i] − max x)` in place, returning their sum: softmax without its last pass, for a
+/// caller that divides a product of the weights instead of the weights (an image encoder's
+/// attention scales its 72 outputs a row, not its 4,096 weights).
+pub fn exp_shifted(x: &mut [f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: `simd()` checked AVX2 and FMA.
+        return unsafe { avx2::exp_shifted(x) };
+    }
+    exp_shifted_portable(x)
+}
+
+#[inline(always)]
+fn exp_shifted_portable(x: &mut [f32]) -> f32 {
     const L: usize = SOFTMAX_LANES;
     let whole = x.len() / L * L;
     let mut m = [f32::NEG_INFINITY; L];
@@ -196,10 +237,7 @@ fn softmax_portable(x: &mut [f32]) {
         *v = exp_fast(*v - max);
         sum += *v;
     }
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
+    sum
 }
 
 /// Dot product (AVX2 + FMA where the CPU has it: attention reads every cached key through it).
@@ -288,6 +326,18 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn softmax(x: &mut [f32]) {
         super::softmax_portable(x)
+    }
+
+    /// [`super::exp_shifted`] compiled for AVX2 + FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn exp_shifted(x: &mut [f32]) -> f32 {
+        super::exp_shifted_portable(x)
+    }
+
+    /// [`super::gelu_rows`] compiled for AVX2 + FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gelu_rows(g: &mut [f32]) {
+        super::gelu_rows_portable(g)
     }
 
     /// [`super::gate_rows`] compiled for AVX2 + FMA (the same formulas, 8 lanes at a time).
@@ -410,6 +460,48 @@ mod tests {
                     "{act:?}({x}) = {got}, libm {want}"
                 );
             }
+        }
+        let mut g = xs.clone();
+        gelu_rows(&mut g);
+        for (&x, &got) in xs.iter().zip(&g) {
+            let want = gelu_tanh(x);
+            assert!(
+                (got - want).abs() <= 2e-6 * want.abs().max(1.0),
+                "gelu_rows({x}) = {got}, libm {want}"
+            );
+        }
+    }
+
+    /// `exp_shifted` on every path this CPU runs against libm's `exp` of the shifted values,
+    /// with a length that leaves a tail past the vectors.
+    #[test]
+    fn exp_shifted_matches_libm_and_sums() {
+        let x: Vec<f32> = (0..1000)
+            .map(|i| ((i * 37) % 2001) as f32 * 0.05 - 60.0)
+            .collect();
+        let max = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let want: Vec<f64> = x.iter().map(|&v| f64::from(v - max).exp()).collect();
+        let mut runs = vec![{
+            let mut y = x.clone();
+            let s = exp_shifted_portable(&mut y);
+            (y, s)
+        }];
+        let mut y = x.clone();
+        let s = exp_shifted(&mut y);
+        runs.push((y, s));
+        for (y, s) in runs {
+            for (got, w) in y.iter().zip(&want) {
+                // Below e^-87.3 the scalar path clamps (about 1e-38, not 0).
+                assert!(
+                    (f64::from(*got) - w).abs() <= 3e-7 * w + 2e-38,
+                    "{got} vs {w}"
+                );
+            }
+            let total: f64 = want.iter().sum();
+            assert!(
+                (f64::from(s) - total).abs() <= 1e-5 * total,
+                "{s} vs {total}"
+            );
         }
     }
 

@@ -28,7 +28,6 @@ pub mod model;
 pub mod npu;
 pub mod pack;
 pub mod sample;
-pub mod sgemm;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod text;

@@ -490,7 +490,150 @@ def gemma3_image_case(out: Path, llama_cpp: Path, flm: Path) -> None:
     (out / "image_reference.json").write_text(json.dumps(ref) + "\n")
 
 
-CASES = {"gemma3": gemma3_case, "gemma3-image": gemma3_image_case, "qwen35": qwen35_case}
+def gemma3_4b_tower_case(out: Path, llama_cpp: Path, flm: Path) -> None:
+    """Gemma 3 4B's tower at its real shape, random (SigLIP: 27 layers of width 1152 and FFN 4304,
+    16 heads, 896×896 pixels in 14-pixel patches, pooled to 256 tokens projected to the text width
+    2560), as llama.cpp's converter writes its mmproj: `mmproj-f16.gguf`, about 0.8 GB, never
+    committed. scripts/mtmd-compare.py runs it beside a random text GGUF at the same model's shape
+    (scripts/random-gguf.py) against llama.cpp's mtmd. The text half here is only what the
+    converter needs to size the projector (one layer of width 2560, a tiny vocabulary); the mmproj
+    holds none of it."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    torch.manual_seed(SEED)
+    cfg = gemma3_config()
+    cfg["mm_tokens_per_image"] = 256
+    cfg["initializer_range"] = 0.02
+    cfg["text_config"] = dict(GEMMA3_TEXT, hidden_size=2560, intermediate_size=256, num_hidden_layers=1)
+    cfg["vision_config"] = dict(
+        cfg["vision_config"], hidden_size=1152, intermediate_size=4304, num_attention_heads=16,
+        num_hidden_layers=27, image_size=896,
+    )
+    model = Gemma3ForConditionalGeneration(Gemma3Config(**cfg)).eval()
+    perturb(model)
+    out.mkdir(parents=True, exist_ok=True)
+    pre = dict(gemma3_preprocessor(), image_seq_length=256, size={"height": 896, "width": 896})
+    with tempfile.TemporaryDirectory() as tmp:
+        full = Path(tmp) / "hf"
+        model.save_pretrained(full)
+        del model
+        hub_names(full / "model.safetensors")
+        (full / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+        run_converter(llama_cpp, full, out / "mmproj-f16.gguf")
+
+
+def sizes_images() -> dict:
+    """Images of several sizes and aspect ratios for the Gemma 3 processor: the tower's own
+    square (no resize), wide and tall ones, one smaller than the tower (upscaled) and one much
+    larger (downscaled), each with its own pattern so a mix-up of two shows."""
+    from PIL import Image
+
+    def pattern(w: int, h: int, seed: int) -> Image.Image:
+        x = np.arange(w)[None, :].repeat(h, 0)
+        y = np.arange(h)[:, None].repeat(w, 1)
+        rgb = np.stack([(x * (3 + seed)) % 256, (y * (5 - seed)) % 256, ((x + 2 * y) * (seed + 1)) % 256], axis=-1)
+        rgb = rgb.astype(np.uint8)
+        rgb[h // 4: h // 2, w // 3: w // 2] = [30 * seed % 256, 200, 90]
+        return Image.fromarray(rgb, "RGB")
+
+    return {
+        "square-56": pattern(56, 56, 1),
+        "wide-200x50": pattern(200, 50, 2),
+        "tall-37x120": pattern(37, 120, 3),
+        "small-20x15": pattern(20, 15, 4),
+        "large-640x480": pattern(640, 480, 0),
+    }
+
+
+def gemma3_sizes_case(out: Path, llama_cpp: Path, flm: Path) -> None:
+    """The committed tiny Gemma 3 (its tower from `mmproj-f16.gguf` as the tower stores it, its
+    language half from `model-q4_0.gguf` as it dequantizes) on images of several sizes and
+    aspect ratios (`sizes/*.png`): for each, the processor's pixel values, transformers' image
+    features and the logits at the last position of `image_reference.json`'s prompt with the
+    image in it, and what int8 activations into the language model's products cost there.
+    Checked first: the same model reproduces `image_reference.json`'s logits for its image."""
+    import gguf
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import generate as g
+
+    cfg = json.loads((out / "hf" / "config.json").read_text())
+    model = Gemma3ForConditionalGeneration(Gemma3Config(**cfg)).eval()
+    sd = model.state_dict()
+    w = bf16_weights_from_gguf(out / "mmproj-f16.gguf")
+    for gname, h in gguf_to_hf_gemma3(cfg).items():
+        v = w[gname]
+        if gname == "mm.soft_emb_norm.weight":
+            v = v - 1
+        sd[h] = v.reshape(sd[h].shape).clone()
+    q4w = g.gguf_weights(out / "model-q4_0.gguf")
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, cfg["text_config"]["num_hidden_layers"])
+    for name in list(sd):
+        if not name.startswith("model.language_model."):
+            continue
+        gname = g.gguf_name(names, "model." + name[len("model.language_model."):])
+        # llama.cpp's converter keeps Gemma 3's rows in order and stores norms as 1 + w.
+        shift = np.float32(1.0) if gname.endswith("norm.weight") else np.float32(0.0)
+        sd[name] = torch.from_numpy((q4w[gname] - shift).copy()).reshape(sd[name].shape)
+    sd["lm_head.weight"] = sd["model.language_model.embed_tokens.weight"]
+    model.load_state_dict(sd)
+    model.config._attn_implementation = "eager"
+    model.config.text_config._attn_implementation = "eager"
+
+    ref = json.loads((out / "image_reference.json").read_text())
+    ids = ref["ids"]
+    input_ids = torch.tensor([ids])
+    types = (input_ids == cfg["image_token_index"]).long()
+    proc = Gemma3ImageProcessor(**{k: v for k, v in gemma3_preprocessor().items() if k not in ("image_processor_type", "processor_class", "image_seq_length")})
+
+    def q8(x):
+        y = x.reshape(*x.shape[:-1], -1, 32)
+        s = y.abs().amax(-1, keepdim=True) / 127
+        return (torch.round(y / s.clamp_min(1e-30)) * s).reshape(x.shape)
+
+    def run(image, int8: bool = False):
+        pixels = proc(images=image, return_tensors="pt")["pixel_values"]
+        hooks = []
+        if int8:
+            lm = [model.model.language_model, model.lm_head]
+            hooks = [
+                m.register_forward_pre_hook(lambda mod, args: (q8(args[0]),))
+                for part in lm for m in part.modules() if isinstance(m, torch.nn.Linear)
+            ]
+        with torch.no_grad():
+            logits = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
+            feats = model.model.get_image_features(pixel_values=pixels)
+        for hk in hooks:
+            hk.remove()
+        if hasattr(feats, "pooler_output"):
+            feats = feats.pooler_output
+        if isinstance(feats, (list, tuple)):
+            feats = feats[0]
+        return pixels, feats, logits
+
+    _, _, logits = run(fixed_image())
+    check = float((logits - torch.tensor(ref["logits"])).abs().max())
+    assert check < 1e-4, f"the committed model does not reproduce image_reference.json: {check}"
+
+    (out / "sizes").mkdir(exist_ok=True)
+    rows = []
+    for name, image in sizes_images().items():
+        image.save(out / "sizes" / f"{name}.png")
+        pixels, feats, logits = run(image)
+        _, _, int8 = run(image, int8=True)
+        rows.append({
+            "file": f"sizes/{name}.png",
+            "size": list(image.size),
+            "pixel_values": [round(float(x), 6) for x in pixels.flatten()],
+            "features": [round(float(x), 6) for x in feats.flatten()],
+            "last_logits": [round(float(x), 6) for x in logits[-1]],
+            "int8_activation_cost": round(float((int8[-1] - logits[-1]).abs().max()), 6),
+        })
+    (out / "sizes.json").write_text(json.dumps({"ids": ids, "reproduces_image_reference": check, "images": rows}) + "\n")
+
+
+CASES = {"gemma3": gemma3_case, "gemma3-image": gemma3_image_case, "qwen35": qwen35_case, "gemma3-4b-tower": gemma3_4b_tower_case, "gemma3-sizes": gemma3_sizes_case}
 
 
 def main() -> None:
@@ -498,12 +641,13 @@ def main() -> None:
     p.add_argument("--llama-cpp", type=Path, required=True)
     p.add_argument("--flm", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("cases", nargs="*", default=list(CASES))
+    # The real-shape tower is large and never committed: only when named.
+    p.add_argument("cases", nargs="*", default=[c for c in CASES if c != "gemma3-4b-tower"])
     a = p.parse_args()
     sys.path.insert(0, str(a.llama_cpp / "gguf-py"))
     for case in a.cases:
-        # The image case adds its files to the Gemma 3 tower's folder.
-        CASES[case](a.out / case.removesuffix("-image"), a.llama_cpp, a.flm)
+        # The image and sizes cases add their files to the Gemma 3 tower's folder.
+        CASES[case](a.out / case.removesuffix("-image").removesuffix("-sizes"), a.llama_cpp, a.flm)
 
 
 if __name__ == "__main__":

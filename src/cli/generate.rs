@@ -206,9 +206,10 @@ pub struct GenerateArgs {
     /// A system message (with --chat).
     #[arg(long, requires = "chat")]
     pub system: Option<String>,
-    /// An image file (PNG) for a model whose pack serves a vision tower; repeat for several.
-    /// Each goes where the prompt writes the model's image marker (Gemma 3: `<start_of_image>`),
-    /// in order, or before the prompt's text when it writes none.
+    /// An image file (PNG, JPEG, WebP, or a GIF's first frame) for a model whose pack serves a
+    /// vision tower; repeat for several. Each goes where the prompt writes the model's image
+    /// marker (Gemma 3: `<start_of_image>`), in order, or before the prompt's text when it
+    /// writes none.
     #[arg(long, value_name = "FILE", conflicts_with = "ids")]
     pub image: Vec<PathBuf>,
     /// Sampling.

@@ -89,6 +89,12 @@ impl KernelPath {
         }
     }
 
+    /// Whether AVX-512 code may run (the AMX and AVX-512 VNNI paths; `ONEBIT_KERNELS=avx2` turns
+    /// it off for side-by-side runs).
+    pub fn has_avx512(self) -> bool {
+        matches!(self, KernelPath::Amx | KernelPath::Avx512Vnni)
+    }
+
     /// Whether the AVX2 kernels may run (every path but the scalar one).
     pub fn has_avx2(self) -> bool {
         self != KernelPath::Scalar
