@@ -37,6 +37,7 @@ fn main() -> anyhow::Result<()> {
     };
     let n_predict: usize = n.parse().context("N_PREDICT")?;
     let out = PathBuf::from(out);
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let theirs: serde_json::Value = serde_json::from_slice(
         &std::fs::read(PathBuf::from(mtmd).join("tokens.json")).context("tokens.json")?,
     )?;
