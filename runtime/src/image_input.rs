@@ -75,8 +75,14 @@ impl ImageEncoder {
             .as_ref()
             .map_err(|e| Error::Internal(format!("the vision tower: {e}")))?;
         let s = &self.spec;
+        let started = std::time::Instant::now();
         let pixels = pixel_values(&decode(bytes)?, s.image_size, s.mean, s.std);
         let values = tower.encode(&pixels)?;
+        tracing::info!(
+            ms = started.elapsed().as_millis() as u64,
+            tokens = s.tokens_per_image,
+            "image encoded"
+        );
         let image = Arc::new(ImageEmbeds {
             digest,
             tokens: s.tokens_per_image,
