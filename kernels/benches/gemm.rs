@@ -84,8 +84,9 @@ fn sgemm(
 /// Ours, `y = x · Wᵀ` (the output zeroed first: the product adds into it).
 fn ours(y: &mut Vec<f32>, w: &dyn Weights, x: &[f32], m: usize) {
     y.clear();
-    y.resize(m * w.n(), 0.0);
-    let (ldx, ldy) = (w.k(), w.n());
+    let (n, k) = w.shape();
+    y.resize(m * n, 0.0);
+    let (ldx, ldy) = (k, n);
     gemm(w, Operands { x, m, ldx, y, ldy }, true);
 }
 

@@ -172,20 +172,11 @@ pub fn weighted_sums<R: Row>(
     }
 }
 
-/// Whether the weighted sums take 16-float slices (AVX-512 F): where the CPU has it and the
-/// kernel path is an AVX-512 one (`ONEBIT_KERNELS=avx2` keeps everything on AVX2 for side-by-side
-/// runs). Each output element's arithmetic is the same either way, so are the numbers.
+/// Whether the weighted sums take 16-float slices (AVX-512 F); each output element's arithmetic
+/// is the same either way, so are the numbers.
 #[cfg(target_arch = "x86_64")]
 fn wide() -> bool {
-    use crate::matmul::KernelPath;
-    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WIDE.get_or_init(|| {
-        std::is_x86_feature_detected!("avx512f")
-            && matches!(
-                KernelPath::detect(),
-                KernelPath::Amx | KernelPath::Avx512Vnni
-            )
-    })
+    crate::matmul::path::avx512_floats()
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -33,10 +33,8 @@ const MC: usize = 512;
 
 /// The right-hand operand `W` (`n × k`) of `y += x · Wᵀ`, as a source of panels.
 pub trait Weights: Sync {
-    /// Outputs (rows of `W`).
-    fn n(&self) -> usize;
-    /// Inputs (columns of `W`).
-    fn k(&self) -> usize;
+    /// `(n, k)`: outputs (rows of `W`) and inputs (its columns).
+    fn shape(&self) -> (usize, usize);
     /// `panel[t·NB + j] = W(n0 + j, k0 + t)` for `j < nc`, `t < kc` (`kc ≤ KB` and `k0` a
     /// multiple of `KB`); columns `nc..NB` are zero.
     fn pack(&self, n0: usize, nc: usize, k0: usize, kc: usize, panel: &mut [f32]);
@@ -58,7 +56,7 @@ pub struct Packed {
 impl Packed {
     /// Packs all of `w` (`⌈n/NB⌉·⌈k/KB⌉` panels of `KB × NB` values).
     pub fn new(w: &dyn Weights) -> Packed {
-        let (n, k) = (w.n(), w.k());
+        let (n, k) = w.shape();
         let (bn, bk) = (n.div_ceil(NB), k.div_ceil(KB));
         let mut panels = vec![0.0f32; bn * bk * KB * NB];
         for (i, panel) in panels.chunks_mut(KB * NB).enumerate() {
@@ -70,11 +68,8 @@ impl Packed {
 }
 
 impl Weights for Packed {
-    fn n(&self) -> usize {
-        self.n
-    }
-    fn k(&self) -> usize {
-        self.k
+    fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
     }
     fn pack(&self, n0: usize, _nc: usize, k0: usize, _kc: usize, panel: &mut [f32]) {
         if let Some(p) = self.packed(n0, k0) {
@@ -87,8 +82,20 @@ impl Weights for Packed {
     }
 }
 
+/// bf16 bytes (little-endian) widened to f32.
 fn widen(b: &[u8]) -> f32 {
-    f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16)
+    half::bf16::from_le_bytes([b[0], b[1]]).to_f32()
+}
+
+/// The packing of a source that stores `W`'s rows: row `j` of the panel's `nc` (its `kc`
+/// values, from `row(j)`) goes down column `j`; the other columns are zero.
+fn transpose_rows<I: Iterator<Item = f32>>(panel: &mut [f32], nc: usize, row: impl Fn(usize) -> I) {
+    panel.fill(0.0);
+    for j in 0..nc {
+        for (t, v) in row(j).enumerate() {
+            panel[t * NB + j] = v;
+        }
+    }
 }
 
 /// A bf16 matrix in a tower's MM blocks (`onebit_pack::mm_block`), read from its bytes.
@@ -106,11 +113,8 @@ pub struct Bf16Blocked<'a> {
 }
 
 impl Weights for Bf16Blocked<'_> {
-    fn n(&self) -> usize {
-        self.n
-    }
-    fn k(&self) -> usize {
-        self.k
+    fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
     }
     fn pack(&self, n0: usize, nc: usize, k0: usize, kc: usize, panel: &mut [f32]) {
         panel.fill(0.0);
@@ -140,20 +144,14 @@ pub struct Bf16Rows<'a> {
 }
 
 impl Weights for Bf16Rows<'_> {
-    fn n(&self) -> usize {
-        self.n
-    }
-    fn k(&self) -> usize {
-        self.k
+    fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
     }
     fn pack(&self, n0: usize, nc: usize, k0: usize, kc: usize, panel: &mut [f32]) {
-        panel.fill(0.0);
-        for j in 0..nc {
+        transpose_rows(panel, nc, |j| {
             let at = ((n0 + j) * self.k + k0) * 2;
-            for (t, b) in self.bytes[at..at + 2 * kc].chunks_exact(2).enumerate() {
-                panel[t * NB + j] = widen(b);
-            }
-        }
+            self.bytes[at..at + 2 * kc].chunks_exact(2).map(widen)
+        });
     }
 }
 
@@ -170,20 +168,14 @@ pub struct F32Rows<'a> {
 }
 
 impl Weights for F32Rows<'_> {
-    fn n(&self) -> usize {
-        self.n
-    }
-    fn k(&self) -> usize {
-        self.k
+    fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
     }
     fn pack(&self, n0: usize, nc: usize, k0: usize, kc: usize, panel: &mut [f32]) {
-        panel.fill(0.0);
-        for j in 0..nc {
+        transpose_rows(panel, nc, |j| {
             let at = (n0 + j) * self.stride + k0;
-            for (t, v) in self.data[at..at + kc].iter().enumerate() {
-                panel[t * NB + j] = *v;
-            }
-        }
+            self.data[at..at + kc].iter().copied()
+        });
     }
 }
 
@@ -201,11 +193,8 @@ pub struct F32Cols<'a> {
 }
 
 impl Weights for F32Cols<'_> {
-    fn n(&self) -> usize {
-        self.n
-    }
-    fn k(&self) -> usize {
-        self.k
+    fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
     }
     fn pack(&self, n0: usize, nc: usize, k0: usize, kc: usize, panel: &mut [f32]) {
         for t in 0..kc {
@@ -217,8 +206,8 @@ impl Weights for F32Cols<'_> {
     }
 }
 
-/// The left operand and the output: `x` is `m × w.k()` at row stride `ldx`, `y` is
-/// `m × w.n()` at row stride `ldy` (its other columns untouched).
+/// The left operand and the output: with `(n, k) = w.shape()`, `x` is `m × k` at row stride
+/// `ldx`, `y` is `m × n` at row stride `ldy` (its other columns untouched).
 pub struct Operands<'a> {
     /// The left operand's values.
     pub x: &'a [f32],
@@ -253,7 +242,7 @@ impl Out {
 /// `y += x · Wᵀ`, over rayon's pool when `parallel` (false inside a task of an outer parallel
 /// loop). Panics when the operands do not fit their slices (a caller's bug, not input).
 pub fn gemm(w: &dyn Weights, ops: Operands<'_>, parallel: bool) {
-    let (n, k, m) = (w.n(), w.k(), ops.m);
+    let ((n, k), m) = (w.shape(), ops.m);
     if m == 0 || n == 0 {
         return;
     }
@@ -333,14 +322,19 @@ enum Path {
 
 impl Path {
     /// From the kernels' path ([`KernelPath::detect`], so `ONEBIT_KERNELS` picks a slower one
-    /// here too); AVX-512 needs only its foundation instructions here.
+    /// here too), found once: attention calls a product per block of queries and head.
     fn detect() -> Path {
-        match KernelPath::detect() {
+        static PATH: std::sync::OnceLock<Path> = std::sync::OnceLock::new();
+        *PATH.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
-            p if p.has_avx512() && std::is_x86_feature_detected!("avx512f") => Path::Avx512,
-            KernelPath::Scalar => Path::Scalar,
-            _ => Path::Avx2,
-        }
+            if crate::matmul::path::avx512_floats() {
+                return Path::Avx512;
+            }
+            match KernelPath::detect() {
+                KernelPath::Scalar => Path::Scalar,
+                _ => Path::Avx2,
+            }
+        })
     }
 
     /// `y[i][j] += Σ_t x[i][t] · panel[t][j]` for the tile.

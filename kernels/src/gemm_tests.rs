@@ -37,8 +37,9 @@ fn close(ours: &[f32], want: &[f32], k: usize) {
 }
 
 fn run(w: &dyn Weights, x: &[f32], m: usize, parallel: bool) -> Vec<f32> {
-    let mut y = vec![0.0f32; m * w.n()];
-    let (ldx, ldy) = (w.k(), w.n());
+    let (n, k) = w.shape();
+    let mut y = vec![0.0f32; m * n];
+    let (ldx, ldy) = (k, n);
     gemm(
         w,
         Operands {

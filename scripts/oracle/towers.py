@@ -194,8 +194,52 @@ def fixed_image():
     return Image.fromarray(rgb, "RGB")
 
 
+def gemma3_processor():
+    """transformers' Gemma 3 image processor with the tiny tower's settings."""
+    from transformers import Gemma3ImageProcessor
+
+    skip = ("image_processor_type", "processor_class", "image_seq_length")
+    return Gemma3ImageProcessor(**{k: v for k, v in gemma3_preprocessor().items() if k not in skip})
+
+
+def load_stored_tower(sd: dict, cfg: dict, mmproj: Path) -> None:
+    """The tower's parameters of state dict `sd` as the tower file stores them: the mmproj's
+    values rounded to bf16; the soft-embedding norm less the 1 llama.cpp's converter adds."""
+    w = bf16_weights_from_gguf(mmproj)
+    for gname, h in gguf_to_hf_gemma3(cfg).items():
+        v = w[gname]
+        if gname == "mm.soft_emb_norm.weight":
+            v = v - 1
+        sd[h] = v.reshape(sd[h].shape).clone()
+
+
+def q8(x):
+    """Activations as the runtime quantizes them: int8 in blocks of 32, one scale a block."""
+    y = x.reshape(*x.shape[:-1], -1, 32)
+    s = y.abs().amax(-1, keepdim=True) / 127
+    return (torch.round(y / s.clamp_min(1e-30)) * s).reshape(x.shape)
+
+
+class Int8Activations:
+    """Within it, the language model's linear layers (not the tower's) take int8 activations:
+    what the runtime's products cost against transformers' f32."""
+
+    def __init__(self, model):
+        self.parts = [model.model.language_model, model.lm_head]
+
+    def __enter__(self):
+        self.hooks = [
+            m.register_forward_pre_hook(lambda mod, args: (q8(args[0]),))
+            for part in self.parts for m in part.modules() if isinstance(m, torch.nn.Linear)
+        ]
+
+    def __exit__(self, *exc):
+        for hk in self.hooks:
+            hk.remove()
+
+
 def gemma3_case(out: Path, llama_cpp: Path, flm: Path) -> None:
-    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
     torch.manual_seed(SEED)
     cfg = gemma3_config()
@@ -215,19 +259,12 @@ def gemma3_case(out: Path, llama_cpp: Path, flm: Path) -> None:
 
     # The reference: the tower and projector of transformers on the weights as the tower stores
     # them (the mmproj's F16 values rounded to bf16).
-    w = bf16_weights_from_gguf(out / "mmproj-f16.gguf")
     sd = model.state_dict()
-    names = gguf_to_hf_gemma3(cfg)
-    with torch.no_grad():
-        for g, h in names.items():
-            v = w[g]
-            if g == "mm.soft_emb_norm.weight":
-                v = v - 1  # the GGUF stores 1 + w (llama.cpp's converter adds it)
-            sd[h].copy_(v.reshape(sd[h].shape))
+    load_stored_tower(sd, cfg, out / "mmproj-f16.gguf")
     model.load_state_dict(sd)
     image = fixed_image()
     image.save(out / "image.png")
-    proc = Gemma3ImageProcessor(**{k: v for k, v in gemma3_preprocessor().items() if k not in ("image_processor_type", "processor_class", "image_seq_length")})
+    proc = gemma3_processor()
     pixels = proc(images=image, return_tensors="pt")["pixel_values"]
     with torch.no_grad():
         feats = model.model.get_image_features(pixel_values=pixels)
@@ -389,7 +426,7 @@ def gemma3_image_case(out: Path, llama_cpp: Path, flm: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import gguf
     import generate as g
-    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
     torch.manual_seed(SEED)
     cfg = gemma3_config()
@@ -427,12 +464,7 @@ def gemma3_image_case(out: Path, llama_cpp: Path, flm: Path) -> None:
 
     # The tower as it is stored (the committed mmproj, bf16).
     sd = model.state_dict()
-    w = bf16_weights_from_gguf(out / "mmproj-f16.gguf")
-    for gname, h in gguf_to_hf_gemma3(cfg).items():
-        v = w[gname]
-        if gname == "mm.soft_emb_norm.weight":
-            v = v - 1
-        sd[h] = v.reshape(sd[h].shape).clone()
+    load_stored_tower(sd, cfg, out / "mmproj-f16.gguf")
     # The language model as the Q4_0 GGUF dequantizes it (norms stored as 1 + w).
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, cfg["text_config"]["num_hidden_layers"])
     for name in list(sd):
@@ -454,29 +486,15 @@ def gemma3_image_case(out: Path, llama_cpp: Path, flm: Path) -> None:
     words = [int(x) for x in rng.integers(12, cfg["text_config"]["vocab_size"] - 8, 9)]
     ids = [2, 4] + words[:3] + [boi] + [img] * tokens + [eoi] + words[3:]
     image = fixed_image()
-    proc = Gemma3ImageProcessor(**{k: v for k, v in gemma3_preprocessor().items() if k not in ("image_processor_type", "processor_class", "image_seq_length")})
+    proc = gemma3_processor()
     pixels = proc(images=image, return_tensors="pt")["pixel_values"]
     input_ids = torch.tensor([ids])
     types = (input_ids == img).long()
     with torch.no_grad():
         logits = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
         causal = model(input_ids=input_ids, pixel_values=pixels, use_cache=False).logits[0]
-
-        def q8(x):
-            y = x.reshape(*x.shape[:-1], -1, 32)
-            s = y.abs().amax(-1, keepdim=True) / 127
-            return (torch.round(y / s.clamp_min(1e-30)) * s).reshape(x.shape)
-
-        # What int8 activations into the language model's linear layers cost (the runtime's
-        # products; the tower's stay f32).
-        lm = [model.model.language_model, model.lm_head]
-        hooks = [
-            m.register_forward_pre_hook(lambda mod, args: (q8(args[0]),))
-            for part in lm for m in part.modules() if isinstance(m, torch.nn.Linear)
-        ]
-        int8 = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
-        for hk in hooks:
-            hk.remove()
+        with Int8Activations(model):
+            int8 = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
     ref = {
         "family": "gemma3",
         "tokens": {"start_of_image": boi, "end_of_image": eoi, "image_soft_token": img},
@@ -553,7 +571,7 @@ def gemma3_sizes_case(out: Path, llama_cpp: Path, flm: Path) -> None:
     image in it, and what int8 activations into the language model's products cost there.
     Checked first: the same model reproduces `image_reference.json`'s logits for its image."""
     import gguf
-    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import generate as g
@@ -561,12 +579,7 @@ def gemma3_sizes_case(out: Path, llama_cpp: Path, flm: Path) -> None:
     cfg = json.loads((out / "hf" / "config.json").read_text())
     model = Gemma3ForConditionalGeneration(Gemma3Config(**cfg)).eval()
     sd = model.state_dict()
-    w = bf16_weights_from_gguf(out / "mmproj-f16.gguf")
-    for gname, h in gguf_to_hf_gemma3(cfg).items():
-        v = w[gname]
-        if gname == "mm.soft_emb_norm.weight":
-            v = v - 1
-        sd[h] = v.reshape(sd[h].shape).clone()
+    load_stored_tower(sd, cfg, out / "mmproj-f16.gguf")
     q4w = g.gguf_weights(out / "model-q4_0.gguf")
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA3, cfg["text_config"]["num_hidden_layers"])
     for name in list(sd):
@@ -585,27 +598,17 @@ def gemma3_sizes_case(out: Path, llama_cpp: Path, flm: Path) -> None:
     ids = ref["ids"]
     input_ids = torch.tensor([ids])
     types = (input_ids == cfg["image_token_index"]).long()
-    proc = Gemma3ImageProcessor(**{k: v for k, v in gemma3_preprocessor().items() if k not in ("image_processor_type", "processor_class", "image_seq_length")})
-
-    def q8(x):
-        y = x.reshape(*x.shape[:-1], -1, 32)
-        s = y.abs().amax(-1, keepdim=True) / 127
-        return (torch.round(y / s.clamp_min(1e-30)) * s).reshape(x.shape)
+    proc = gemma3_processor()
 
     def run(image, int8: bool = False):
         pixels = proc(images=image, return_tensors="pt")["pixel_values"]
-        hooks = []
-        if int8:
-            lm = [model.model.language_model, model.lm_head]
-            hooks = [
-                m.register_forward_pre_hook(lambda mod, args: (q8(args[0]),))
-                for part in lm for m in part.modules() if isinstance(m, torch.nn.Linear)
-            ]
         with torch.no_grad():
-            logits = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
+            if int8:
+                with Int8Activations(model):
+                    logits = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
+            else:
+                logits = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
             feats = model.model.get_image_features(pixel_values=pixels)
-        for hk in hooks:
-            hk.remove()
         if hasattr(feats, "pooler_output"):
             feats = feats.pooler_output
         if isinstance(feats, (list, tuple)):

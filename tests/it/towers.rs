@@ -428,32 +428,13 @@ fn gemma3_with_an_image_in_its_prompt_meets_the_transformers_oracle() {
         "the same image is encoded once"
     );
 
-    let ids: Vec<u32> = reference["ids"]
-        .as_array()
-        .expect("ids")
-        .iter()
-        .filter_map(|v| v.as_u64().map(|v| v as u32))
-        .collect();
-    let mut session = model.session(64);
-    onebit_runtime::generate::place_images(
-        &model,
-        &mut session,
-        &ids,
-        std::slice::from_ref(&image),
-    )
-    .expect("placed");
-    let ours = model.forward(&mut session, &ids, true).expect("forward");
+    let ids = token_ids(&reference["ids"]);
+    let ours = forward_with_image(&model, &ids, &image, true);
     let want: Vec<Vec<f32>> = reference["logits"]
         .as_array()
         .expect("logits")
         .iter()
-        .map(|r| {
-            r.as_array()
-                .expect("row")
-                .iter()
-                .filter_map(|v| v.as_f64().map(|v| v as f32))
-                .collect()
-        })
+        .map(floats)
         .collect();
     let vocab = want[0].len();
     let max = want
@@ -499,6 +480,30 @@ fn gemma3_with_an_image_in_its_prompt_meets_the_transformers_oracle() {
     assert!(text.contains("\n\n<start_of_image><image_soft_token><image_soft_token><image_soft_token><image_soft_token><end_of_image>\n\n"), "{text:?}");
 }
 
+/// `ids` with `image` placed over its image tokens, through the model: the logits of every
+/// position (`all`) or of the last.
+fn forward_with_image(
+    model: &onebit_runtime::Model,
+    ids: &[u32],
+    image: &std::sync::Arc<onebit_runtime::image_input::ImageEmbeds>,
+    all: bool,
+) -> Vec<f32> {
+    let mut session = model.session(64);
+    onebit_runtime::generate::place_images(model, &mut session, ids, std::slice::from_ref(image))
+        .expect("placed");
+    model.forward(&mut session, ids, all).expect("forward")
+}
+
+/// A JSON list of token ids.
+fn token_ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .filter_map(|v| v.as_u64().map(|v| v as u32))
+        .collect()
+}
+
+/// A JSON list of numbers.
 fn floats(v: &Value) -> Vec<f32> {
     v.as_array()
         .expect("array")
@@ -524,12 +529,7 @@ fn images_of_several_sizes_and_aspect_ratios_meet_transformers() {
     let model = onebit_runtime::Model::load(pack).expect("model");
     let images = model.images().expect("the image side");
     let spec = images.spec().clone();
-    let ids: Vec<u32> = sizes["ids"]
-        .as_array()
-        .expect("ids")
-        .iter()
-        .filter_map(|v| v.as_u64().map(|v| v as u32))
-        .collect();
+    let ids = token_ids(&sizes["ids"]);
     let cases = sizes["images"].as_array().expect("images");
     assert!(cases.len() >= 5, "{} images", cases.len());
     let mut aspects = std::collections::BTreeSet::new();
@@ -579,15 +579,7 @@ fn images_of_several_sizes_and_aspect_ratios_meet_transformers() {
             "{file}: features {worst} off"
         );
 
-        let mut session = model.session(64);
-        onebit_runtime::generate::place_images(
-            &model,
-            &mut session,
-            &ids,
-            std::slice::from_ref(&embeds),
-        )
-        .expect("placed");
-        let ours = model.forward(&mut session, &ids, false).expect("forward");
+        let ours = forward_with_image(&model, &ids, &embeds, false);
         let want = floats(&case["last_logits"]);
         let max = ours
             .iter()

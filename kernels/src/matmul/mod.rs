@@ -39,7 +39,7 @@ mod activations;
 mod amx;
 mod batch;
 pub mod layout;
-mod path;
+pub(crate) mod path;
 mod scalar;
 pub mod scan;
 #[cfg(target_arch = "x86_64")]

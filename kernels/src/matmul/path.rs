@@ -89,12 +89,6 @@ impl KernelPath {
         }
     }
 
-    /// Whether AVX-512 code may run (the AMX and AVX-512 VNNI paths; `ONEBIT_KERNELS=avx2` turns
-    /// it off for side-by-side runs).
-    pub fn has_avx512(self) -> bool {
-        matches!(self, KernelPath::Amx | KernelPath::Avx512Vnni)
-    }
-
     /// Whether the AVX2 kernels may run (every path but the scalar one).
     pub fn has_avx2(self) -> bool {
         self != KernelPath::Scalar
@@ -109,4 +103,19 @@ impl KernelPath {
             KernelPath::Scalar => "scalar",
         }
     }
+}
+
+/// Whether the f32 kernels take 16-float AVX-512 F vectors (attention's weighted sums, the image
+/// encoders' products): where the CPU has AVX-512 F and the kernel path is an AVX-512 one
+/// (`ONEBIT_KERNELS=avx2` keeps everything on AVX2 for side-by-side runs). Found once.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512_floats() -> bool {
+    static WIDE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WIDE.get_or_init(|| {
+        std::is_x86_feature_detected!("avx512f")
+            && matches!(
+                KernelPath::detect(),
+                KernelPath::Amx | KernelPath::Avx512Vnni
+            )
+    })
 }
