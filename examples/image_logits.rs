@@ -70,14 +70,7 @@ fn main() -> anyhow::Result<()> {
     write_f32(&out.join("logits.f32"), &logits)?;
     let mut greedy = Vec::with_capacity(n_predict);
     for _ in 0..n_predict {
-        let best = logits
-            .iter()
-            .enumerate()
-            .fold(
-                (0, f32::NEG_INFINITY),
-                |b, (i, &v)| if v > b.1 { (i, v) } else { b },
-            )
-            .0 as u32;
+        let best = onebit_runtime::sample::argmax(&logits);
         greedy.push(best);
         logits = model.forward(&mut session, &[best], false)?;
     }
