@@ -6,11 +6,14 @@
 //! rows spread over rayon in blocks), side by side in one process on the same values.
 //!
 //! `cargo bench -p onebit-kernels --bench gemm` prints, per product, each side's median time of
-//! `REPS` runs, its GFLOP/s and the ratio. `ONEBIT_BENCH_ROWS` sets the patches (default 1024).
+//! `REPS` runs, its GFLOP/s and the ratio; ours at f32 and, where the CPU has AVX-512-BF16, at
+//! bf16 (`Precision::Bf16`: operands rounded to bf16, hence its larger difference). `ONEBIT_BENCH_ROWS` sets the patches (default 1024).
 
 use std::time::Instant;
 
-use onebit_kernels::gemm::{Bf16Blocked, F32Cols, F32Rows, Operands, Weights, gemm};
+use onebit_kernels::gemm::{
+    Bf16Blocked, F32Cols, F32Rows, Operands, Packed, Precision, Weights, gemm,
+};
 use onebit_pack::mm_block::MmBlock;
 use rayon::prelude::*;
 
@@ -81,16 +84,33 @@ fn sgemm(
     });
 }
 
-/// Ours, `y = x · Wᵀ` (the output zeroed first: the product adds into it).
-fn ours(y: &mut Vec<f32>, w: &dyn Weights, x: &[f32], m: usize) {
+/// Ours, `y = x · Wᵀ` at `precision` (the output zeroed first: the product adds into it).
+fn ours(y: &mut Vec<f32>, w: &dyn Weights, x: &[f32], m: usize, precision: Precision) {
     y.clear();
     let (n, k) = w.shape();
     y.resize(m * n, 0.0);
     let (ldx, ldy) = (k, n);
-    gemm(w, Operands { x, m, ldx, y, ldy }, true);
+    gemm(w, Operands { x, m, ldx, y, ldy }, true, precision);
 }
 
-fn report(name: &str, flops: f64, base: (f64, Vec<f32>), ours: (f64, Vec<f32>)) {
+/// The precisions ours runs at here: f32, and bf16 where the CPU multiplies bf16.
+fn precisions() -> Vec<Precision> {
+    let mut p = vec![Precision::F32];
+    if Precision::Bf16.native() {
+        p.push(Precision::Bf16);
+    }
+    p
+}
+
+/// One line per precision: the baseline's and ours's time and rate, the ratio, and the largest
+/// difference relative to the baseline's values.
+fn report(
+    name: &str,
+    flops: f64,
+    base: &(f64, Vec<f32>),
+    precision: Precision,
+    ours: (f64, Vec<f32>),
+) {
     let diff = base
         .1
         .iter()
@@ -98,9 +118,10 @@ fn report(name: &str, flops: f64, base: (f64, Vec<f32>), ours: (f64, Vec<f32>)) 
         .map(|(a, b)| (a - b).abs() / a.abs().max(1.0))
         .fold(0.0f32, f32::max);
     println!(
-        "{name:<22} sgemm {:>8.1} ms {:>6.1} GFLOP/s | ours {:>8.1} ms {:>6.1} GFLOP/s | {:>5.2}x | max rel diff {diff:.1e}",
+        "{name:<22} sgemm {:>8.1} ms {:>6.1} GFLOP/s | ours {:<4} {:>8.1} ms {:>6.1} GFLOP/s | {:>5.2}x | max rel diff {diff:.1e}",
         base.0 * 1e3,
         flops / base.0 / 1e9,
+        precision.name(),
         ours.0 * 1e3,
         flops / ours.0 / 1e9,
         base.0 / ours.0
@@ -142,43 +163,53 @@ fn main() {
         n,
         k,
     };
-    report(
-        "mlp up 1152->4304",
-        2.0 * (m * n * k) as f64,
-        time(&mut |y| sgemm(y, &x, m, k, &widened, n, 1, k as isize)),
-        time(&mut |y| ours(y, &w, &x, m)),
-    );
+    let base = time(&mut |y| sgemm(y, &x, m, k, &widened, n, 1, k as isize));
+    for p in precisions() {
+        let flops = 2.0 * (m * n * k) as f64;
+        report(
+            "mlp up 1152->4304",
+            flops,
+            &base,
+            p,
+            time(&mut |y| ours(y, &w, &x, m, p)),
+        );
+    }
 
     // One head's scores over every patch (Q·Kᵀ, 72 deep) and its values (P·V, 72 wide).
     let hd = 72;
     let (q, keys) = (values(m * hd, 3), values(m * hd, 4));
-    report(
-        "scores Q.K^T (72)",
-        2.0 * (m * m * hd) as f64,
-        time(&mut |y| sgemm(y, &q, m, hd, &keys, m, 1, hd as isize)),
-        time(&mut |y| {
+    // Ours packs a head's keys and values once (as the encoder does), inside the timing.
+    let base = time(&mut |y| sgemm(y, &q, m, hd, &keys, m, 1, hd as isize));
+    for p in precisions() {
+        let ours = time(&mut |y| {
             let w = F32Rows {
                 data: &keys,
                 n: m,
                 k: hd,
                 stride: hd,
             };
-            ours(y, &w, &q, m)
-        }),
-    );
+            ours(y, &Packed::new(&w, p), &q, m, p)
+        });
+        report(
+            "scores Q.K^T (72)",
+            2.0 * (m * m * hd) as f64,
+            &base,
+            p,
+            ours,
+        );
+    }
     let probs = values(m * m, 5);
-    report(
-        "values P.V (72)",
-        2.0 * (m * m * hd) as f64,
-        time(&mut |y| sgemm(y, &probs, m, m, &keys, hd, hd as isize, 1)),
-        time(&mut |y| {
+    let base = time(&mut |y| sgemm(y, &probs, m, m, &keys, hd, hd as isize, 1));
+    for p in precisions() {
+        let ours = time(&mut |y| {
             let w = F32Cols {
                 data: &keys,
                 n: hd,
                 k: m,
                 stride: hd,
             };
-            ours(y, &w, &probs, m)
-        }),
-    );
+            ours(y, &Packed::new(&w, p), &probs, m, p)
+        });
+        report("values P.V (72)", 2.0 * (m * m * hd) as f64, &base, p, ours);
+    }
 }

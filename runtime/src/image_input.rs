@@ -81,6 +81,7 @@ impl ImageEncoder {
         tracing::info!(
             ms = started.elapsed().as_millis() as u64,
             tokens = s.tokens_per_image,
+            precision = tower.precision().name(),
             "image encoded"
         );
         let image = Arc::new(ImageEmbeds {

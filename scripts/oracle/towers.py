@@ -636,7 +636,99 @@ def gemma3_sizes_case(out: Path, llama_cpp: Path, flm: Path) -> None:
     (out / "sizes.json").write_text(json.dumps({"ids": ids, "reproduces_image_reference": check, "images": rows}) + "\n")
 
 
-CASES = {"gemma3": gemma3_case, "gemma3-image": gemma3_image_case, "qwen35": qwen35_case, "gemma3-4b-tower": gemma3_4b_tower_case, "gemma3-sizes": gemma3_sizes_case}
+def bf16(x):
+    """`x` rounded to bf16 (to nearest even, as torch and the runtime's bf16 products round)."""
+    return x.to(torch.bfloat16).to(torch.float32)
+
+
+class Bf16Operands:
+    """Within it, every product of the tower and projector takes bf16 operands and sums in f32,
+    as the runtime's `Precision::Bf16` does: the inputs of the patch convolution, the linear
+    layers and the input projection rounded (their weights already are); attention's scaled
+    queries, keys, unnormalized probabilities and values rounded, the division by the sum after
+    the product. Norms, softmax's exponentials, GELU and the residual stream stay f32."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        import transformers.models.siglip.modeling_siglip as siglip
+
+        tower = self.model.model.vision_tower
+        proj = self.model.model.multi_modal_projector
+        round_in = lambda mod, args: (bf16(args[0]),) + tuple(args[1:])
+        self.hooks = [
+            m.register_forward_pre_hook(round_in)
+            for m in tower.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d))
+        ]
+        self.hooks.append(proj.mm_soft_emb_norm.register_forward_hook(lambda mod, args, out: bf16(out)))
+        self.eager = siglip.eager_attention_forward
+
+        def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+            s = torch.matmul(bf16(query * scaling), bf16(key).transpose(-1, -2))
+            if attention_mask is not None:
+                s = s + attention_mask
+            e = torch.exp(s - s.amax(-1, keepdim=True))
+            out = torch.matmul(bf16(e), bf16(value)) / e.sum(-1, keepdim=True)
+            return out.transpose(1, 2).contiguous(), None
+
+        siglip.eager_attention_forward = attention
+        return self
+
+    def __exit__(self, *exc):
+        import transformers.models.siglip.modeling_siglip as siglip
+
+        siglip.eager_attention_forward = self.eager
+        for hk in self.hooks:
+            hk.remove()
+
+
+def gemma3_bf16_case(out: Path, llama_cpp: Path, flm: Path) -> None:
+    """The committed tiny Gemma 3 tower (from `mmproj-f16.gguf` as the tower stores it) on the
+    fixed image and the sizes images, with bf16 operands in every product (`Bf16Operands`):
+    the features, and what the rounding costs against the f32 features `reference.json` and
+    `sizes.json` hold (checked first to be reproduced in f32)."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    cfg = json.loads((out / "hf" / "config.json").read_text())
+    model = Gemma3ForConditionalGeneration(Gemma3Config(**cfg)).eval()
+    sd = model.state_dict()
+    load_stored_tower(sd, cfg, out / "mmproj-f16.gguf")
+    model.load_state_dict(sd)
+    model.config.vision_config._attn_implementation = "eager"
+
+    def features(pixels):
+        with torch.no_grad():
+            f = model.model.get_image_features(pixel_values=pixels)
+        if hasattr(f, "pooler_output"):
+            f = f.pooler_output
+        if isinstance(f, (list, tuple)):
+            f = f[0]
+        return f.flatten()
+
+    ref = json.loads((out / "reference.json").read_text())
+    sizes = json.loads((out / "sizes.json").read_text())
+    shape = ref["pixel_values_shape"]
+    cases = [("image.png", ref["pixel_values"], ref["features"])]
+    cases += [(r["file"], r["pixel_values"], r["features"]) for r in sizes["images"]]
+    rows = []
+    for name, pv, want in cases:
+        pixels = torch.tensor(pv, dtype=torch.float32).reshape(shape)
+        f32 = features(pixels)
+        check = float((f32 - torch.tensor(want)).abs().max())
+        assert check < 1e-5, f"{name}: the committed tower does not reproduce its f32 features: {check}"
+        with Bf16Operands(model):
+            b = features(pixels)
+        rows.append({
+            "file": name,
+            "features": [round(float(x), 6) for x in b],
+            "cost_max_abs": round(float((b - f32).abs().max()), 6),
+            "cost_rel_rms": round(float((b - f32).norm() / f32.norm()), 7),
+        })
+    (out / "bf16.json").write_text(json.dumps({"images": rows}) + "\n")
+
+
+CASES = {"gemma3": gemma3_case, "gemma3-image": gemma3_image_case, "qwen35": qwen35_case, "gemma3-4b-tower": gemma3_4b_tower_case, "gemma3-sizes": gemma3_sizes_case, "gemma3-bf16": gemma3_bf16_case}
 
 
 def main() -> None:
@@ -649,8 +741,8 @@ def main() -> None:
     a = p.parse_args()
     sys.path.insert(0, str(a.llama_cpp / "gguf-py"))
     for case in a.cases:
-        # The image and sizes cases add their files to the Gemma 3 tower's folder.
-        CASES[case](a.out / case.removesuffix("-image").removesuffix("-sizes"), a.llama_cpp, a.flm)
+        # The image, sizes and bf16 cases add their files to the Gemma 3 tower's folder.
+        CASES[case](a.out / case.removesuffix("-image").removesuffix("-sizes").removesuffix("-bf16"), a.llama_cpp, a.flm)
 
 
 if __name__ == "__main__":

@@ -5,17 +5,20 @@
 //! norm, the input projection into the language model's width), as transformers'
 //! `Gemma3ForConditionalGeneration.get_image_features` computes it.
 //!
-//! f32 arithmetic on the tower's bf16 weights, read in place from the file's mapping (the MM
-//! blocks too: nothing of the tower's matrices is copied or widened ahead): the projections and
-//! attention as blocked products ([`onebit_kernels::gemm`]: AVX-512 or AVX2 register tiles, rows
-//! spread over threads), softmax and GELU through the kernels' vectorized `exp`.
+//! The tower's bf16 weights are read in place from the file's mapping (the MM blocks too:
+//! nothing of the tower's matrices is copied or widened ahead): the projections and attention as
+//! blocked products ([`onebit_kernels::gemm`]: AVX-512-BF16, AVX-512 or AVX2 register tiles, rows
+//! spread over threads), softmax and GELU through the kernels' vectorized `exp`. The products'
+//! operands are bf16 where the CPU multiplies bf16 (the activations rounded, as the NPU and
+//! transformers' bf16 models do) and f32 elsewhere ([`Precision::for_encoders`]); norms,
+//! softmax, GELU and the residual stream are f32 either way.
 
 mod tower;
 
 use std::path::Path;
 
 use memmap2::Mmap;
-use onebit_kernels::gemm::{F32Cols, F32Rows, Operands, Packed, gemm};
+use onebit_kernels::gemm::{F32Cols, F32Rows, Operands, Packed, Precision, gemm};
 use onebit_kernels::ops::{exp_shifted, gelu_rows};
 use rayon::prelude::*;
 
@@ -97,6 +100,7 @@ pub struct GemmaVision {
     post: Norm,
     soft_norm: Vec<f32>,
     projection: Linear,
+    precision: Precision,
 }
 
 const SIGLIP: &str = "vision_tower.vision_model";
@@ -171,7 +175,20 @@ impl GemmaVision {
             post,
             soft_norm,
             projection,
+            precision: Precision::for_encoders(),
         })
+    }
+
+    /// The same encoder with its products at `precision` instead of
+    /// [`Precision::for_encoders`]'s choice.
+    pub fn with_precision(mut self, precision: Precision) -> GemmaVision {
+        self.precision = precision;
+        self
+    }
+
+    /// The precision its products run at.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// The image's embeddings for the language model, `tokens_per_image × text_hidden`, from its
@@ -202,7 +219,7 @@ impl GemmaVision {
                 }
             }
         }
-        let mut h = self.patch.apply(&self.map, &patches);
+        let mut h = self.patch.apply(&self.map, &patches, self.precision);
         self.positions.add_to(&self.map, &mut h);
         let mut scratch = Scratch::default();
         for layer in &self.layers {
@@ -214,14 +231,14 @@ impl GemmaVision {
 
     /// One pre-norm encoder layer, in place: full (bidirectional) attention, then the MLP.
     fn layer(&self, l: &Layer, h: &mut [f32], s: &mut Scratch) {
-        let (d, eps, map) = (self.cfg.hidden, self.cfg.eps, &self.map[..]);
+        let (d, eps, map, pr) = (self.cfg.hidden, self.cfg.eps, &self.map[..], self.precision);
         let n = h.len() / d;
         let heads = self.cfg.heads;
         let hd = d / heads;
         l.ln1.apply_into(h, eps, &mut s.x);
-        l.q.apply_into(map, &s.x, &mut s.q);
-        l.k.apply_into(map, &s.x, &mut s.k);
-        l.v.apply_into(map, &s.x, &mut s.v);
+        l.q.apply_into(map, &s.x, &mut s.q, pr);
+        l.k.apply_into(map, &s.x, &mut s.k, pr);
+        l.v.apply_into(map, &s.x, &mut s.v, pr);
         // The score scale folded into the queries (one multiply a value instead of one a score).
         let scale = 1.0 / (hd as f32).sqrt();
         s.q.par_iter_mut().for_each(|v| *v *= scale);
@@ -237,18 +254,24 @@ impl GemmaVision {
         let ld = n + 16;
         for head in 0..heads {
             let col = head * hd;
-            let keys = Packed::new(&F32Rows {
-                data: &s.k[col..],
-                n,
-                k: hd,
-                stride: d,
-            });
-            let values = Packed::new(&F32Cols {
-                data: &s.v[col..],
-                n: hd,
-                k: n,
-                stride: d,
-            });
+            let keys = Packed::new(
+                &F32Rows {
+                    data: &s.k[col..],
+                    n,
+                    k: hd,
+                    stride: d,
+                },
+                pr,
+            );
+            let values = Packed::new(
+                &F32Cols {
+                    data: &s.v[col..],
+                    n: hd,
+                    k: n,
+                    stride: d,
+                },
+                pr,
+            );
             let q = &s.q;
             s.attn.par_chunks_mut(block * d).enumerate().for_each_init(
                 Vec::new,
@@ -264,7 +287,7 @@ impl GemmaVision {
                         y: scores,
                         ldy: ld,
                     };
-                    gemm(&keys, ops, false);
+                    gemm(&keys, ops, false, pr);
                     let sums: Vec<f32> = scores
                         .chunks_mut(ld)
                         .map(|row| exp_shifted(&mut row[..n]))
@@ -276,7 +299,7 @@ impl GemmaVision {
                         y: &mut out[col..],
                         ldy: d,
                     };
-                    gemm(&values, ops, false);
+                    gemm(&values, ops, false, pr);
                     for (row, sum) in out.chunks_mut(d).zip(sums) {
                         let inv = 1.0 / sum;
                         for o in &mut row[col..col + hd] {
@@ -286,14 +309,14 @@ impl GemmaVision {
                 },
             );
         }
-        l.o.apply_into(map, &s.attn, &mut s.out);
+        l.o.apply_into(map, &s.attn, &mut s.out, pr);
         for (a, b) in h.iter_mut().zip(&s.out) {
             *a += b;
         }
         l.ln2.apply_into(h, eps, &mut s.x);
-        l.fc1.apply_into(map, &s.x, &mut s.f);
+        l.fc1.apply_into(map, &s.x, &mut s.f, pr);
         s.f.par_chunks_mut(1 << 14).for_each(gelu_rows);
-        l.fc2.apply_into(map, &s.f, &mut s.out);
+        l.fc2.apply_into(map, &s.f, &mut s.out, pr);
         for (a, b) in h.iter_mut().zip(&s.out) {
             *a += b;
         }
@@ -331,7 +354,7 @@ impl GemmaVision {
                 *v *= inv * w;
             }
         }
-        self.projection.apply(&self.map, &pooled)
+        self.projection.apply(&self.map, &pooled, self.precision)
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use half::bf16;
 use memmap2::Mmap;
-use onebit_kernels::gemm::{Bf16Blocked, Bf16Rows, F32Rows, Operands, Weights, gemm};
+use onebit_kernels::gemm::{Bf16Blocked, Bf16Rows, F32Rows, Operands, Precision, Weights, gemm};
 use onebit_pack::mm_block::MmBlock;
 use rayon::prelude::*;
 
@@ -36,8 +36,8 @@ pub(super) struct Linear {
 
 impl Linear {
     /// `y = x · Wᵀ + b` for `x` of `n × inp` rows, `W` read from `map` (the tower file); `y`
-    /// is resized to `n × out` (its allocation reused).
-    pub(super) fn apply_into(&self, map: &[u8], x: &[f32], y: &mut Vec<f32>) {
+    /// is resized to `n × out` (its allocation reused); products at `precision`.
+    pub(super) fn apply_into(&self, map: &[u8], x: &[f32], y: &mut Vec<f32>, precision: Precision) {
         let n = x.len() / self.inp;
         let (out, inp) = (self.out, self.inp);
         y.clear();
@@ -80,13 +80,13 @@ impl Linear {
                 stride: inp,
             },
         };
-        gemm(w, ops, true);
+        gemm(w, ops, true, precision);
     }
 
     /// [`Linear::apply_into`] into a new vector.
-    pub(super) fn apply(&self, map: &[u8], x: &[f32]) -> Vec<f32> {
+    pub(super) fn apply(&self, map: &[u8], x: &[f32], precision: Precision) -> Vec<f32> {
         let mut y = Vec::new();
-        self.apply_into(map, x, &mut y);
+        self.apply_into(map, x, &mut y, precision);
         y
     }
 }
