@@ -196,7 +196,6 @@ impl Server {
             images,
         } = parsed;
         let text = &ready.engine.text;
-        ready.check_model(common.model.as_deref())?;
         api::check_logit_bias(&common.sampler, ready.engine.model.spec.vocab)?;
         let prompt = match &reasoning_effort {
             Some(effort) => api::with_reasoning_effort(prompt, text.template(), effort)?,

@@ -84,7 +84,6 @@ pub(super) async fn embeddings(
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     let (ready, b, _) = s.open(&headers, body, &FIELDS).await?;
-    ready.check_model(b.get("model").and_then(Value::as_str))?;
     let base64 = match b.get("encoding_format") {
         None | Some(Value::Null) => false,
         Some(Value::String(f)) if f == "float" => false,

@@ -3,12 +3,13 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::api::ApiError;
+use super::models::ModelInfo;
 use super::{Phase, Ready, Server};
 
 pub(super) async fn health(State(s): State<Arc<Server>>) -> Response {
@@ -18,10 +19,24 @@ pub(super) async fn health(State(s): State<Arc<Server>>) -> Response {
     };
     match &*g {
         // Whether the API needs a key: the chat page asks for one before its first call.
-        Phase::Ready(r) => axum::Json(
-            json!({"status": "ok", "model": r.id, "key_required": s.opts.api_key.is_some()}),
-        )
-        .into_response(),
+        Phase::Ready => {
+            let infos = s.registry.infos();
+            let loaded: Vec<&str> = infos
+                .iter()
+                .filter(|i| i.status == "loaded")
+                .map(|i| i.listing.id.as_str())
+                .collect();
+            let mut v = json!({
+                "status": "ok",
+                "models": infos.len(),
+                "loaded": loaded,
+                "key_required": s.opts.api_key.is_some(),
+            });
+            if let [one] = &infos[..] {
+                v["model"] = json!(one.listing.id);
+            }
+            axum::Json(v).into_response()
+        }
         Phase::Loading => (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({"status": "loading"})),
@@ -46,36 +61,45 @@ pub(super) async fn metrics_text(State(s): State<Arc<Server>>) -> Response {
         .into_response()
 }
 
-pub(super) fn model_object(r: &Ready) -> Value {
-    let sp = &r.engine.model.spec;
-    json!({
-        "id": r.id,
+/// A model as `/v1/models` lists it: OpenAI's fields, then what this server adds: its
+/// verification verdict, size, context, family, the names it answers to, and whether it is
+/// loaded (with the context it serves at).
+pub(super) fn model_object(i: &ModelInfo, loaded: Option<&Ready>) -> Value {
+    let l = &i.listing;
+    let mut v = json!({
+        "id": l.id,
         "object": "model",
-        "created": 0,
+        "created": l.modified,
         "owned_by": "onebit-pipe",
-        "context_length": sp.context,
-        "meta": {"vocab": sp.vocab, "layers": sp.layers.len(), "hidden": sp.hidden},
-    })
+        "context_length": l.context,
+        "family": l.family,
+        "size": l.bytes,
+        "short_name": i.short,
+        "aliases": l.aliases,
+        "verification": {"verified": l.verified, "summary": l.verdict},
+        "status": {"value": i.status, "idle_s": i.idle_s, "expires_in_s": i.expires_in_s},
+        "loaded": i.status == "loaded",
+    });
+    if let Some(r) = loaded {
+        let sp = &r.engine.model.spec;
+        v["n_ctx"] = json!(r.limits.ctx);
+        v["meta"] = json!({"vocab": sp.vocab, "layers": sp.layers.len(), "hidden": sp.hidden});
+    }
+    v
 }
 
 impl Server {
-    /// The loaded model when the request may see it and names it as `id`: the API key checked,
-    /// 503 while loading, 404 for another id.
-    fn serving(&self, headers: &HeaderMap, id: &str) -> Result<Arc<Ready>, ApiError> {
+    /// The entry of the model `id` names when the request may see it: the API key checked,
+    /// 503 while the server's own pack loads, 404 for a name that matches nothing.
+    fn listed(&self, headers: &HeaderMap, id: &str) -> Result<ModelInfo, ApiError> {
         self.authorize(headers)?;
-        let r = self.current()?;
-        if id != r.id {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                format!(
-                    "the model '{id}' does not exist here; this server serves '{}'",
-                    r.id
-                ),
-            )
-            .with_code("model_not_found"));
-        }
-        Ok(r)
+        self.started()?;
+        let id = self.registry.resolve(Some(id))?;
+        self.registry
+            .infos()
+            .into_iter()
+            .find(|i| i.listing.id == id)
+            .ok_or_else(|| ApiError::internal("the model left the list"))
     }
 }
 
@@ -84,8 +108,14 @@ pub(super) async fn models(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     s.authorize(&headers)?;
-    let r = s.current()?;
-    Ok(axum::Json(json!({"object": "list", "data": [model_object(&r)]})).into_response())
+    s.started()?;
+    let data: Vec<Value> = s
+        .registry
+        .infos()
+        .iter()
+        .map(|i| model_object(i, s.registry.loaded_model(&i.listing.id).as_deref()))
+        .collect();
+    Ok(axum::Json(json!({"object": "list", "data": data})).into_response())
 }
 
 pub(super) async fn model(
@@ -93,8 +123,15 @@ pub(super) async fn model(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let r = s.serving(&headers, &id)?;
-    Ok(axum::Json(model_object(&r)).into_response())
+    let i = s.listed(&headers, &id)?;
+    let loaded = s.registry.loaded_model(&i.listing.id);
+    Ok(axum::Json(model_object(&i, loaded.as_deref())).into_response())
+}
+
+/// The `model` of a query string (`/props?model=ID`).
+#[derive(serde::Deserialize)]
+pub(super) struct ModelQuery {
+    model: Option<String>,
 }
 
 /// `GET /props` (llama-server's route): the context and slots served at, the chat template,
@@ -103,10 +140,11 @@ pub(super) async fn model(
 /// and its kernel path).
 pub(super) async fn props(
     State(s): State<Arc<Server>>,
+    Query(q): Query<ModelQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     s.authorize(&headers)?;
-    let r = s.current()?;
+    let r = s.model(q.model.as_deref(), None).await?;
     let e = &r.engine;
     let m = &e.model;
     let v = &m.pack.manifest.verification;
@@ -154,12 +192,15 @@ pub(super) async fn report(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    s.serving(&headers, &id)?;
+    s.listed(&headers, &id)?;
     let Some(source) = s.opts.report.clone() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "invalid_request_error",
-            format!("'{id}' was loaded from a pack folder that no store names: it has no report"),
+            format!(
+                "'{id}' has no report here: it was loaded from a pack folder that no store \
+                 names, or this server serves several packs (`onebit-pipe report` builds each)"
+            ),
         )
         .with_code("report_not_found"));
     };

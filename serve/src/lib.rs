@@ -25,7 +25,9 @@ mod image_parts;
 mod info;
 pub mod job;
 mod logprobs;
+mod manage;
 pub mod metrics;
+pub mod models;
 mod prefix;
 mod reply;
 pub mod scheduler;
@@ -117,9 +119,11 @@ impl std::fmt::Debug for ReportSource {
 /// Context per sequence when none is asked for and the model allows more.
 pub const DEFAULT_CTX: usize = 4096;
 
+/// Where a server stands: a server started with its pack is loading until [`Server::ready`]; a
+/// server of the store's packs is ready at once (each model loads on its first request).
 enum Phase {
     Loading,
-    Ready(Arc<Ready>),
+    Ready,
     Failed(String),
 }
 
@@ -132,23 +136,6 @@ struct Ready {
 }
 
 impl Ready {
-    /// Refuses a request that names another model (404, as OpenAI answers).
-    fn check_model(&self, named: Option<&str>) -> Result<(), ApiError> {
-        match named {
-            Some(m) if m != self.id => Err(ApiError {
-                status: StatusCode::NOT_FOUND,
-                message: format!(
-                    "the model '{m}' does not exist here; this server serves '{}'",
-                    self.id
-                ),
-                kind: "invalid_request_error",
-                param: Some("model".into()),
-                code: Some("model_not_found"),
-            }),
-            _ => Ok(()),
-        }
-    }
-
     /// Queues `job`, or answers 503 (busy) or 500 (the scheduler stopped).
     fn submit(&self, job: Job) -> Result<(), ApiError> {
         self.scheduler.submit(job).map_err(|b| match b {
@@ -170,9 +157,10 @@ impl Ready {
     }
 }
 
-/// Shared server state: the loading phase, options, metrics.
+/// Shared server state: the loading phase, the models, options, metrics.
 pub struct Server {
     phase: RwLock<Phase>,
+    registry: models::Registry,
     opts: Options,
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
@@ -186,10 +174,42 @@ fn now_secs() -> u64 {
 }
 
 impl Server {
-    /// A server that is still loading its model.
+    /// A server that is still loading its model (`serve --repo/--pack`).
     pub fn new(opts: Options) -> Arc<Server> {
+        let policy = models::Policy {
+            models_max: 1,
+            memory: u64::MAX,
+            keep_alive: None,
+            allow_unverified: false,
+        };
+        Server::build(
+            opts,
+            Phase::Loading,
+            models::Registry::new(Vec::new(), None, policy),
+        )
+    }
+
+    /// A server of the packs `listings`, ready at once: each loads through `loader` on its first
+    /// request and is unloaded as `policy` says (`serve` with no pack).
+    pub fn with_models(
+        opts: Options,
+        listings: Vec<models::Listing>,
+        loader: models::Loader,
+        policy: models::Policy,
+    ) -> Arc<Server> {
+        let server = Server::build(
+            opts,
+            Phase::Ready,
+            models::Registry::new(listings, Some(loader), policy),
+        );
+        server.metrics.ready.set(1);
+        server
+    }
+
+    fn build(opts: Options, phase: Phase, registry: models::Registry) -> Arc<Server> {
         Arc::new(Server {
-            phase: RwLock::new(Phase::Loading),
+            phase: RwLock::new(phase),
+            registry,
             opts,
             metrics: Arc::new(Metrics::new()),
             next_id: AtomicU64::new(1),
@@ -211,6 +231,35 @@ impl Server {
                 pv.source.clone()
             }
         });
+        let listing = models::Listing {
+            id: id.clone(),
+            aliases: Vec::new(),
+            family: engine.model.spec.family.clone(),
+            bytes: models::pack_bytes(&engine.model.pack.dir),
+            context: engine.model.spec.context,
+            verified: engine.model.pack.manifest.verification.verified,
+            verdict: engine.model.pack.manifest.verification.summary.clone(),
+            modified: now_secs(),
+        };
+        let ready = match self.make_ready(&id, engine) {
+            Ok(r) => r,
+            Err(e) => {
+                self.failed(e.clone());
+                return Err(e);
+            }
+        };
+        let limits = ready.limits;
+        self.registry.pin(listing, Arc::new(ready));
+        self.metrics.ready.set(1);
+        self.metrics.models_loaded.set(1);
+        self.set(Phase::Ready);
+        Ok(limits)
+    }
+
+    /// `engine` made ready to serve as `id`: its context decided and checked, its KV cache
+    /// budget set, its scheduler started.
+    pub(crate) fn make_ready(&self, id: &str, engine: Engine) -> Result<Ready, String> {
+        let pv = &engine.model.pack.manifest.provenance;
         let fingerprint = pv
             .stage_keys
             .get("repack")
@@ -222,8 +271,7 @@ impl Server {
             limits.ctx = engine.model.spec.context.min(DEFAULT_CTX);
         }
         if let Err(e) = engine.model.checked_context(limits.ctx) {
-            tracing::error!(error = %e, "cannot serve at this context size");
-            self.failed(e.to_string());
+            tracing::error!(model = id, error = %e, "cannot serve at this context size");
             return Err(e.to_string());
         }
         let memory = engine.model.cache_memory();
@@ -236,6 +284,7 @@ impl Server {
             .saturating_mul(engine.model.session_bytes(limits.ctx));
         if full > budget {
             tracing::warn!(
+                model = id,
                 full_mib = full >> 20,
                 budget_mib = budget >> 20,
                 "the KV caches of every slot at full context exceed their budget: a request \
@@ -246,15 +295,30 @@ impl Server {
         let engine = Arc::new(engine);
         let scheduler = Scheduler::start(engine.clone(), limits, self.metrics.clone());
         tracing::info!(model = %id, slots = limits.slots, ctx = limits.ctx, "ready");
-        self.metrics.ready.set(1);
-        self.set(Phase::Ready(Arc::new(Ready {
-            id,
+        Ok(Ready {
+            id: id.to_string(),
             limits,
             fingerprint,
             engine,
             scheduler,
-        })));
-        Ok(limits)
+        })
+    }
+
+    /// The registry of models.
+    pub(crate) fn registry(&self) -> &models::Registry {
+        &self.registry
+    }
+
+    /// The registry let go of model `id` (`why`: `idle`, `models-max`, `memory`, `request`): it
+    /// is freed when its last request ends.
+    pub(crate) fn unloaded(&self, id: &str, ready: Arc<Ready>, why: &str) {
+        let held = Arc::strong_count(&ready) - 1;
+        drop(ready);
+        self.metrics.model_unloaded(id, why);
+        self.metrics
+            .models_loaded
+            .set(self.registry.loaded() as i64);
+        tracing::info!(model = id, reason = why, still_held = held, "unloaded");
     }
 
     /// Loading failed: `/health` says why; completions answer 503.
@@ -274,13 +338,14 @@ impl Server {
         }
     }
 
-    fn current(&self) -> Result<Arc<Ready>, ApiError> {
+    /// Refuses while the server's own pack is loading or failed to load.
+    fn started(&self) -> Result<(), ApiError> {
         let g = match self.phase.read() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
         match &*g {
-            Phase::Ready(r) => Ok(r.clone()),
+            Phase::Ready => Ok(()),
             Phase::Loading => Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_error",
@@ -294,6 +359,17 @@ impl Server {
             )
             .with_code("model_failed")),
         }
+    }
+
+    /// The model `name` names (the one there is when `None`), loaded, waiting for its load when
+    /// it is not; `keep_alive` replaces its keep-alive (Ollama's per-request field).
+    pub(crate) async fn model(
+        self: &Arc<Self>,
+        name: Option<&str>,
+        keep_alive: Option<Option<std::time::Duration>>,
+    ) -> Result<Arc<Ready>, ApiError> {
+        self.started()?;
+        self.registry.acquire(self, name, keep_alive).await
     }
 
     /// `Some(opened)` when a chat answer's reasoning is split from its content: the template
@@ -367,18 +443,29 @@ impl Server {
     /// the route does not read are dropped, logged and returned (a completion names them in a
     /// `Warning` header).
     pub(crate) async fn open(
-        &self,
+        self: &Arc<Self>,
         headers: &HeaderMap,
         body: Body,
         route: &values::Route,
     ) -> Result<(Arc<Ready>, values::Fields, Vec<String>), ApiError> {
         self.authorize(headers)?;
-        let ready = self.current()?;
+        self.started()?;
         let bytes = read_body(body, headers, self.opts.max_body).await?;
         let (fields, ignored) = values::Fields::read(&bytes, route, self.opts.lenient)?;
         if !ignored.is_empty() {
             tracing::warn!(fields = ?ignored, "--lenient: unknown request fields ignored");
         }
+        let name = match fields.get("model") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(m)) => Some(m.clone()),
+            Some(v) => {
+                return Err(ApiError::bad(
+                    "model",
+                    format!("'model' must be a string, got {v}"),
+                ));
+            }
+        };
+        let ready = self.model(name.as_deref(), None).await?;
         Ok((ready, fields, ignored))
     }
 }
@@ -399,6 +486,8 @@ pub fn routes(webui: bool) -> Vec<(&'static str, &'static str, MethodRouter<Arc<
         ("POST", "/tokenize", post(tokens::tokenize)),
         ("POST", "/detokenize", post(tokens::detokenize)),
         ("POST", "/v1/embeddings", post(embeddings::embeddings)),
+        ("POST", "/models/load", post(manage::load)),
+        ("POST", "/models/unload", post(manage::unload)),
     ];
     if webui {
         r.push(("GET", "/", get(webui::page)));
@@ -457,6 +546,17 @@ pub async fn serve(
     server: Arc<Server>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    if server.registry.on_demand() {
+        // Unloads the models whose keep-alive has run out.
+        let s = server.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                s.registry.reap(&s);
+            }
+        });
+    }
     axum::serve(listener, server.router())
         .with_graceful_shutdown(shutdown)
         .await

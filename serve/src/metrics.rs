@@ -34,6 +34,22 @@ pub struct FinishLabels {
 
 type Hist = Family<Route, Histogram, fn() -> Histogram>;
 
+/// A model, for the load counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModelLabels {
+    /// Its id.
+    pub model: String,
+}
+
+/// A model and why it was unloaded.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnloadLabels {
+    /// Its id.
+    pub model: String,
+    /// `idle` (keep-alive), `models-max`, `memory`, `request` (the unload route).
+    pub reason: String,
+}
+
 /// Every metric the server exports; cheap to update from any thread.
 pub struct Metrics {
     registry: Registry,
@@ -72,6 +88,14 @@ pub struct Metrics {
     /// Forward passes that panicked. Each is a bug in the model code: the requests in that batch
     /// failed, and the log holds the batch's shape.
     pub model_panics: Counter,
+    /// Models loaded now.
+    pub models_loaded: Gauge,
+    /// Loads by model.
+    pub model_loads: Family<ModelLabels, Counter>,
+    /// Seconds each load took, by model (the last one).
+    pub model_load_seconds: Family<ModelLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// Unloads by model and reason.
+    pub model_unloads: Family<UnloadLabels, Counter>,
 }
 
 fn latency_hist() -> Histogram {
@@ -100,6 +124,10 @@ impl Metrics {
             kv_peak_bytes: Gauge::default(),
             kv_budget_bytes: Gauge::default(),
             model_panics: Counter::default(),
+            models_loaded: Gauge::default(),
+            model_loads: Family::default(),
+            model_load_seconds: Family::default(),
+            model_unloads: Family::default(),
         };
         let registry = &mut m.registry;
         registry.register(
@@ -183,7 +211,42 @@ impl Metrics {
             "Forward passes that panicked (a bug; the batch's requests failed and its shape is logged)",
             m.model_panics.clone(),
         );
+        registry.register(
+            "models_loaded",
+            "Models loaded now",
+            m.models_loaded.clone(),
+        );
+        registry.register("model_loads", "Model loads", m.model_loads.clone());
+        registry.register(
+            "model_load_seconds",
+            "How long the model's last load took",
+            m.model_load_seconds.clone(),
+        );
+        registry.register(
+            "model_unloads",
+            "Model unloads by reason (idle, models-max, memory, request)",
+            m.model_unloads.clone(),
+        );
         m
+    }
+
+    /// Counts a model's load, which took `seconds`.
+    pub fn model_loaded(&self, model: &str, seconds: f64) {
+        let l = ModelLabels {
+            model: model.to_string(),
+        };
+        self.model_loads.get_or_create(&l).inc();
+        self.model_load_seconds.get_or_create(&l).set(seconds);
+    }
+
+    /// Counts a model's unload, for `reason`.
+    pub fn model_unloaded(&self, model: &str, reason: &str) {
+        self.model_unloads
+            .get_or_create(&UnloadLabels {
+                model: model.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// Counts one finished HTTP request.

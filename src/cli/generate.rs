@@ -66,40 +66,74 @@ impl PackSource {
     /// Opens and loads the pack, refusing an unverified one unless allowed.
     pub fn load(&self, g: &Global) -> anyhow::Result<(Model, Text)> {
         let dir = self.resolve(g)?;
-        let pack = Pack::open(&dir, self.allow_unverified)?;
-        let template = pack.manifest.chat_template.clone();
-        let tok = pack.tokenizer_path();
-        let mut model = Model::load(pack)?;
-        model
-            .set_cache_type(self.cache_type)
-            .map_err(|e| anyhow::Error::new(super::Refused(format!("--cache-type {e}"))))?;
-        // A context the machine cannot hold fails by name when it fills, not by the kernel's
-        // OOM killer (`serve` sets its own budget, --cache-budget).
-        if let Some(avail) = onebit_kernels::kv::available_memory() {
-            model.cache_memory().set_limit(avail / 10 * 9);
-        }
-        if let Some(k) = self.head_rescore {
-            model.set_head_rescore(k);
-        }
-        if model.head_rescore() > 0 {
-            tracing::info!(
-                candidates = model.head_rescore(),
-                "head re-scored against the bf16 embedding <- tied head stored as tiles"
-            );
-        }
-        let check = model.self_check()?;
-        tracing::info!(
-            path = check.path,
-            matrices = check.matrices,
-            max_rel = check.max_rel,
-            "kernel self-check passed"
-        );
-        let text = Text::load(&tok, template)?
-            .with_special(model.spec.bos, model.spec.eos.first().copied())
-            .with_parse_special(self.parse_special)
-            .with_image_text(model.images().map(|i| i.image_text()));
-        Ok((model, text))
+        load_pack(&dir, &self.load_options())
     }
+
+    /// How the pack is loaded, beside where it is.
+    pub fn load_options(&self) -> LoadOptions {
+        LoadOptions {
+            allow_unverified: self.allow_unverified,
+            head_rescore: self.head_rescore,
+            parse_special: self.parse_special,
+            cache_type: self.cache_type,
+        }
+    }
+
+    /// Whether the flags name a pack at all (`serve` without one serves the store's packs).
+    pub fn names_one(&self) -> bool {
+        self.pack.is_some() || self.import.repo.is_some() || self.import.path.is_some()
+    }
+}
+
+/// How a pack folder is loaded: [`PackSource`]'s flags beside the folder.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    /// Run a pack whose verification did not pass.
+    pub allow_unverified: bool,
+    /// `--head-rescore`.
+    pub head_rescore: Option<usize>,
+    /// `--parse-special`.
+    pub parse_special: bool,
+    /// `--cache-type`.
+    pub cache_type: CacheType,
+}
+
+/// Opens and loads the pack folder `dir` (the kernel self-check included), refusing an
+/// unverified one unless allowed.
+pub fn load_pack(dir: &std::path::Path, o: &LoadOptions) -> anyhow::Result<(Model, Text)> {
+    let pack = Pack::open(dir, o.allow_unverified)?;
+    let template = pack.manifest.chat_template.clone();
+    let tok = pack.tokenizer_path();
+    let mut model = Model::load(pack)?;
+    model
+        .set_cache_type(o.cache_type)
+        .map_err(|e| anyhow::Error::new(super::Refused(format!("--cache-type {e}"))))?;
+    // A context the machine cannot hold fails by name when it fills, not by the kernel's
+    // OOM killer (`serve` sets its own budget, --cache-budget).
+    if let Some(avail) = onebit_kernels::kv::available_memory() {
+        model.cache_memory().set_limit(avail / 10 * 9);
+    }
+    if let Some(k) = o.head_rescore {
+        model.set_head_rescore(k);
+    }
+    if model.head_rescore() > 0 {
+        tracing::info!(
+            candidates = model.head_rescore(),
+            "head re-scored against the bf16 embedding <- tied head stored as tiles"
+        );
+    }
+    let check = model.self_check()?;
+    tracing::info!(
+        path = check.path,
+        matrices = check.matrices,
+        max_rel = check.max_rel,
+        "kernel self-check passed"
+    );
+    let text = Text::load(&tok, template)?
+        .with_special(model.spec.bos, model.spec.eos.first().copied())
+        .with_parse_special(o.parse_special)
+        .with_image_text(model.images().map(|i| i.image_text()));
+    Ok((model, text))
 }
 
 /// Sampling options shared by `generate` and `chat`.

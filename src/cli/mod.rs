@@ -5,6 +5,7 @@ pub mod fetch;
 pub mod gc;
 pub mod generate;
 pub mod kernels;
+pub mod packs;
 pub mod progress;
 pub mod repair;
 pub mod report;

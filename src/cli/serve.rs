@@ -28,9 +28,23 @@ pub struct ServeArgs {
     /// Where to run: auto (NPU when usable, else the host, saying so), host, npu.
     #[arg(long, default_value = "auto")]
     pub device: DeviceChoice,
-    /// The model id clients use [default: --repo, else the pack's source].
-    #[arg(long)]
-    pub alias: Option<String>,
+    /// The model id clients use [default: --repo, else the pack's source]. Serving the store's
+    /// packs (no pack named): ALIAS=MODEL, repeatable, a further name for MODEL.
+    #[arg(long, value_name = "ALIAS|ALIAS=MODEL")]
+    pub alias: Vec<String>,
+    /// Serving the store's packs: most models loaded at once; loading another unloads the least
+    /// recently used idle one.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub models_max: usize,
+    /// Serving the store's packs: MiB of pack files loaded models may map together; loading one
+    /// that does not fit unloads idle ones first, and gets 503 when busy ones leave no room
+    /// [default: 90 % of the memory available at start].
+    #[arg(long, value_name = "MIB")]
+    pub models_memory: Option<u64>,
+    /// Serving the store's packs: how long a model stays loaded after its last request
+    /// (`30s`, `5m`, `1h`, seconds; `0` unloads at once, `-1` never).
+    #[arg(long, default_value = "5m", value_parser = keep_alive)]
+    pub keep_alive: KeepAlive,
     /// Require `Authorization: Bearer KEY`.
     #[arg(long, env = "ONEBIT_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
@@ -95,12 +109,21 @@ pub enum Reasoning {
     None,
 }
 
+/// `--keep-alive`'s value: `None` keeps a model until another needs the room.
+#[derive(Clone, Copy, Debug)]
+pub struct KeepAlive(pub Option<std::time::Duration>);
+
+fn keep_alive(s: &str) -> Result<KeepAlive, String> {
+    onebit_serve::models::parse_keep_alive(&serde_json::Value::String(s.into())).map(KeepAlive)
+}
+
 fn cors_origin(s: &str) -> Result<String, String> {
     onebit_serve::check_origin(s).map(|()| s.to_string())
 }
 
 /// Runs the server until Ctrl-C; exit 1 when the pack is refused, 2 on other failures. The
-/// steps: choose the device, bind, start the loader thread, serve until Ctrl-C or a failed load.
+/// steps: choose the device, bind, start the loader thread (with a pack named) or list the
+/// store's packs (without), serve until Ctrl-C or a failed load.
 pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
     let npu = device(a.device)?;
     if a.parallel == 0 || a.batch == 0 {
@@ -113,6 +136,17 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
             .num_threads(t)
             .build_global();
     }
+    let one = a.source.names_one();
+    if one && (a.alias.len() > 1 || a.alias.iter().any(|x| x.contains('='))) {
+        return Err(anyhow::Error::new(super::Refused(
+            "--alias ALIAS=MODEL names a model of the store's packs; serving one pack, give one --alias".into(),
+        )));
+    }
+    let store_server = if one {
+        None
+    } else {
+        Some(store_server(g, &a, npu)?)
+    };
     let addr = SocketAddr::new(a.host, a.port);
     let std_listener =
         std::net::TcpListener::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
@@ -128,13 +162,25 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
-    let server = Server::new(options(g, &a));
-    eprintln!(
-        "listening on http://{bound} (OpenAI API under /v1; /health says when the model is ready)"
-    );
-    let loader = {
-        let (server, g, a) = (server.clone(), g.clone(), a.clone());
-        std::thread::spawn(move || load(&g, &a, npu, &server, fail_tx))
+    let (server, loader) = match store_server {
+        Some(server) => {
+            eprintln!(
+                "listening on http://{bound} (OpenAI API under /v1, Ollama's under /api; each of \
+                 the store's packs loads on its first request)"
+            );
+            drop(fail_tx);
+            (server, None)
+        }
+        None => {
+            let server = Server::new(options(g, &a));
+            eprintln!(
+                "listening on http://{bound} (OpenAI API under /v1, Ollama's under /api; /health \
+                 says when the model is ready)"
+            );
+            let (s, g, a) = (server.clone(), g.clone(), a.clone());
+            let loader = std::thread::spawn(move || load(&g, &a, npu, &s, fail_tx));
+            (server, Some(loader))
+        }
     };
     let result: anyhow::Result<()> = rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(std_listener)?;
@@ -146,7 +192,7 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
             _ = tokio::signal::ctrl_c() => Ok(()),
             e = fail_rx => match e {
                 Ok(e) => Err(e),
-                // The loader finished without failing: wait for Ctrl-C.
+                // The loader finished without failing (or there is none): wait for Ctrl-C.
                 Err(_) => {
                     let _ = tokio::signal::ctrl_c().await;
                     Ok(())
@@ -160,6 +206,85 @@ pub fn exec(g: &Global, a: ServeArgs) -> anyhow::Result<ExitCode> {
     drop(loader);
     rt.shutdown_timeout(std::time::Duration::from_secs(1));
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// A server of every pack in the store, each loaded on its first request (no pack named).
+fn store_server(
+    g: &Global,
+    a: &ServeArgs,
+    npu: Option<bool>,
+) -> anyhow::Result<std::sync::Arc<Server>> {
+    let store = g.store()?;
+    let packs = super::packs::store_packs(&store)?;
+    if packs.is_empty() {
+        return Err(anyhow::Error::new(super::Refused(format!(
+            "no packs in the store at {}: import one with `onebit-pipe run --repo ORG/NAME`, or name one with --repo, --path or --pack",
+            store.root().display()
+        ))));
+    }
+    let mut listings: Vec<onebit_serve::models::Listing> =
+        packs.iter().map(|p| p.listing()).collect();
+    for alias in &a.alias {
+        let Some((name, model)) = alias.split_once('=') else {
+            return Err(anyhow::Error::new(super::Refused(format!(
+                "--alias {alias}: serving the store's packs, write ALIAS=MODEL"
+            ))));
+        };
+        let Some(l) = listings.iter_mut().find(|l| l.id == model) else {
+            return Err(anyhow::Error::new(super::Refused(format!(
+                "--alias {alias}: no pack '{model}' in the store (it has {})",
+                packs
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))));
+        };
+        l.aliases.push(name.to_string());
+    }
+    let available = onebit_kernels::kv::available_memory().unwrap_or(usize::MAX) as u64;
+    let policy = onebit_serve::models::Policy {
+        models_max: a.models_max.max(1),
+        memory: a
+            .models_memory
+            .map_or(available / 10 * 9, |m| m.saturating_mul(1 << 20)),
+        keep_alive: a.keep_alive.0,
+        allow_unverified: a.source.allow_unverified,
+    };
+    for p in &packs {
+        let l = p.listing();
+        tracing::info!(
+            model = %l.id,
+            verified = l.verified,
+            mib = l.bytes >> 20,
+            "listed"
+        );
+    }
+    let opts = a.source.load_options();
+    let (kernel_dir, batch) = (a.kernel_dir.clone(), a.batch);
+    let loader: onebit_serve::models::Loader = std::sync::Arc::new(move |l| {
+        let p = packs
+            .iter()
+            .find(|p| p.name == l.id)
+            .ok_or_else(|| format!("{} is not in the store", l.id))?;
+        let dir = super::packs::local_dir(&store, p).map_err(|e| format!("{e:#}"))?;
+        let (mut model, text) =
+            super::generate::load_pack(&dir, &opts).map_err(|e| format!("{e:#}"))?;
+        if let Some(required) = npu {
+            match attach_npu(&mut model, kernel_dir.as_deref(), batch) {
+                Ok(_) => {}
+                Err(e) if required => return Err(format!("{e:#}")),
+                Err(e) => {
+                    tracing::warn!(model = %l.id, error = %e, "the NPU is not usable; on the host CPU")
+                }
+            }
+        }
+        Ok(Engine::new(model, text))
+    });
+    let mut o = options(g, a);
+    o.alias = None;
+    o.report = None;
+    Ok(Server::with_models(o, listings, loader, policy))
 }
 
 /// Whether the model's products go to the NPU (`--device`); `Some(true)` when that is required,
@@ -208,7 +333,11 @@ fn options(g: &Global, a: &ServeArgs) -> Options {
     };
     Options {
         // The id clients send: --alias, else the repository asked for, else the pack's source.
-        alias: a.alias.clone().or_else(|| a.source.import.repo.clone()),
+        alias: a
+            .alias
+            .first()
+            .cloned()
+            .or_else(|| a.source.import.repo.clone()),
         api_key: a.api_key.clone(),
         max_body: a.max_body,
         limits,
