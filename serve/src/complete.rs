@@ -40,6 +40,26 @@ struct Bound {
     include_usage: bool,
 }
 
+/// A completion whose job is running: what its reply needs.
+pub(crate) struct Started {
+    /// The model it runs on.
+    pub ready: Arc<Ready>,
+    /// Each choice's events.
+    pub rxs: Vec<UnboundedReceiver<Event>>,
+    /// With tools: how the answer's calls are read.
+    pub calls: Option<ToolPlan>,
+    /// `Some(opened)`: the answer's reasoning is split from its content.
+    pub think: Option<bool>,
+    /// Streamed.
+    pub stream: bool,
+    /// A last chunk with usage.
+    pub include_usage: bool,
+    /// The prompt's tokens.
+    pub prompt_tokens: usize,
+    /// Log-probabilities asked for.
+    pub logprobs: bool,
+}
+
 /// The refusal of a prompt the model cannot take, naming the field it came from: a prompt past
 /// the context (`context_length_exceeded`), a grammar the engine cannot compile (its own field),
 /// or a prompt the template or tokenizer refuses.
@@ -94,6 +114,7 @@ fn job(
         arrived,
         forks,
         embed: None,
+        hold: None,
     };
     (job, rxs)
 }
@@ -120,23 +141,17 @@ impl Server {
     ) -> Result<Response, ApiError> {
         let arrived = Instant::now();
         let (ready, fields, ignored) = self.open(&headers, body, kind.fields()).await?;
-        let parsed = match kind {
-            Kind::Chat => api::chat(&fields)?,
-            Kind::Text => api::completion(&fields)?,
-        };
-        let Bound {
-            ids,
-            req,
+        let started = self.start(kind, ready, &fields, arrived).await?;
+        let Started {
+            ready,
+            rxs,
             calls,
             think,
-            n,
             stream,
             include_usage,
-        } = self.bind(&ready, kind, parsed).await?;
-        let prompt_tokens = ids.len();
-        let logprobs = req.logprobs.is_some();
-        let (job, rxs) = job(ids, req, n, arrived);
-        ready.submit(job)?;
+            prompt_tokens,
+            logprobs,
+        } = started;
         let id = format!(
             "{}-{:x}{:06x}",
             if kind == Kind::Chat {
@@ -175,6 +190,44 @@ impl Server {
             }
         }
         Ok(resp)
+    }
+
+    /// Starts a completion of `kind` from its read `fields` on `ready`: parsed, bound, its job
+    /// submitted; what its reply (OpenAI's or Ollama's) needs comes back.
+    pub(crate) async fn start(
+        &self,
+        kind: Kind,
+        ready: Arc<Ready>,
+        fields: &crate::values::Fields,
+        arrived: Instant,
+    ) -> Result<Started, ApiError> {
+        let parsed = match kind {
+            Kind::Chat => api::chat(fields)?,
+            Kind::Text => api::completion(fields)?,
+        };
+        let Bound {
+            ids,
+            req,
+            calls,
+            think,
+            n,
+            stream,
+            include_usage,
+        } = self.bind(&ready, kind, parsed).await?;
+        let prompt_tokens = ids.len();
+        let logprobs = req.logprobs.is_some();
+        let (job, rxs) = job(ids, req, n, arrived);
+        ready.submit(job)?;
+        Ok(Started {
+            ready,
+            rxs,
+            calls,
+            think,
+            stream,
+            include_usage,
+            prompt_tokens,
+            logprobs,
+        })
     }
 
     /// Binds `parsed` to the loaded model in one step: the model it names and its `logit_bias`

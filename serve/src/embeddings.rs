@@ -17,10 +17,10 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::Server;
 use super::api::ApiError;
 use super::job::{Event, Job};
 use super::values::{Route, Unknown};
+use super::{Ready, Server};
 use onebit_runtime::generate::{Prompt, Request, checked_prompt};
 
 /// The fields this route reads.
@@ -30,13 +30,13 @@ const FIELDS: Route = Route {
 };
 
 /// One input, as text or as token ids.
-enum Input {
+pub(crate) enum Input {
     Text(String),
     Tokens(Vec<u32>),
 }
 
 /// The inputs of `input`, in order.
-fn inputs(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
+pub(crate) fn inputs(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
     let ids = |a: &[Value], field: &str| -> Result<Vec<u32>, ApiError> {
         a.iter()
             .map(|t| {
@@ -109,6 +109,37 @@ pub(super) async fn embeddings(
         }
     }
     let list = inputs(b.get("input"))?;
+    let (vectors, tokens) = embed_inputs(&s, &ready, list, arrived).await?;
+    let data: Vec<Value> = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(index, v)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": index, "embedding": embedding})
+        })
+        .collect();
+    Ok(axum::Json(json!({
+        "object": "list",
+        "data": data,
+        "model": ready.id,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }))
+    .into_response())
+}
+
+/// The pooled, normalized vectors of `list` on `ready`, in order, and the tokens they read
+/// (each input checked against the context, naming `input[i]`).
+pub(crate) async fn embed_inputs(
+    s: &Server,
+    ready: &Arc<Ready>,
+    list: Vec<Input>,
+    arrived: Instant,
+) -> Result<(Vec<Vec<f32>>, usize), ApiError> {
     let many = list.len() > 1;
     let e = ready.engine.clone();
     let ctx = ready.limits.ctx;
@@ -142,7 +173,7 @@ pub(super) async fn embeddings(
     .await
     .map_err(ApiError::internal)??;
     let pooling = s.opts.pooling;
-    let mut data = Vec::with_capacity(prompts.len());
+    let mut vectors = Vec::with_capacity(prompts.len());
     let mut tokens = 0;
     let mut flight: VecDeque<UnboundedReceiver<Event>> = VecDeque::new();
     let mut queued = prompts.into_iter();
@@ -160,28 +191,16 @@ pub(super) async fn embeddings(
                 arrived,
                 forks: Vec::new(),
                 embed: Some(pooling),
+                hold: None,
             })?;
             flight.push_back(rx);
         }
         let Some(rx) = flight.pop_front() else {
             break;
         };
-        let v = vector(rx).await?;
-        let embedding = if base64 {
-            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
-        } else {
-            json!(v)
-        };
-        data.push(json!({"object": "embedding", "index": data.len(), "embedding": embedding}));
+        vectors.push(vector(rx).await?);
     }
-    Ok(axum::Json(json!({
-        "object": "list",
-        "data": data,
-        "model": ready.id,
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    }))
-    .into_response())
+    Ok((vectors, tokens))
 }
 
 /// The vector one embedding job sends.

@@ -98,6 +98,9 @@ pub struct Job {
     /// An embedding request: its prompt is read and its states pooled this way; nothing is
     /// generated.
     pub embed: Option<onebit_runtime::embed::Pooling>,
+    /// What the job keeps alive until it ends: the model it runs on, so a server of several
+    /// models never unloads one with a job in flight (set when it is submitted).
+    pub hold: Option<std::sync::Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// One further choice of a job: the same request sampled with its own seed.

@@ -28,6 +28,7 @@ mod logprobs;
 mod manage;
 pub mod metrics;
 pub mod models;
+mod ollama;
 mod prefix;
 mod reply;
 pub mod scheduler;
@@ -136,8 +137,10 @@ struct Ready {
 }
 
 impl Ready {
-    /// Queues `job`, or answers 503 (busy) or 500 (the scheduler stopped).
-    fn submit(&self, job: Job) -> Result<(), ApiError> {
+    /// Queues `job`, holding this model until it ends, or answers 503 (busy) or 500 (the
+    /// scheduler stopped).
+    fn submit(self: &Arc<Self>, mut job: Job) -> Result<(), ApiError> {
+        job.hold = Some(self.clone());
         self.scheduler.submit(job).map_err(|b| match b {
             Busy::Full => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -240,6 +243,7 @@ impl Server {
             verified: engine.model.pack.manifest.verification.verified,
             verdict: engine.model.pack.manifest.verification.summary.clone(),
             modified: now_secs(),
+            digest: pv.stage_keys.get("repack").cloned().unwrap_or_default(),
         };
         let ready = match self.make_ready(&id, engine) {
             Ok(r) => r,
@@ -486,6 +490,14 @@ pub fn routes(webui: bool) -> Vec<(&'static str, &'static str, MethodRouter<Arc<
         ("POST", "/tokenize", post(tokens::tokenize)),
         ("POST", "/detokenize", post(tokens::detokenize)),
         ("POST", "/v1/embeddings", post(embeddings::embeddings)),
+        ("POST", "/api/chat", post(ollama::chat)),
+        ("POST", "/api/generate", post(ollama::generate)),
+        ("POST", "/api/embed", post(ollama::embed)),
+        ("POST", "/api/embeddings", post(ollama::embeddings)),
+        ("GET", "/api/tags", get(ollama::tags)),
+        ("GET", "/api/ps", get(ollama::ps)),
+        ("POST", "/api/show", post(ollama::show)),
+        ("GET", "/api/version", get(ollama::version)),
         ("POST", "/models/load", post(manage::load)),
         ("POST", "/models/unload", post(manage::unload)),
     ];

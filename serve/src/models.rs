@@ -40,6 +40,8 @@ pub struct Listing {
     pub verdict: String,
     /// When the pack was last imported (seconds since the epoch).
     pub modified: u64,
+    /// The pack's content address (its repack entry's key, hex): Ollama's `digest`.
+    pub digest: String,
 }
 
 /// Loads a listed pack into an engine (the binary's: opening the pack, the kernel self-check,

@@ -208,6 +208,7 @@ fn run_cases(name: &str, spec: &ModelSpec, scan: bool) {
                     arrived: Instant::now(),
                     forks: Vec::new(),
                     embed: None,
+                    hold: None,
                 };
                 assert!(sched.submit(job).is_ok(), "{at}: queued");
                 let client = d.client;
@@ -355,6 +356,7 @@ fn a_panic_in_the_model_fails_the_batch_is_counted_and_the_server_goes_on() {
             arrived: Instant::now(),
             forks: Vec::new(),
             embed: None,
+            hold: None,
         };
         assert!(sched.submit(job).is_ok(), "queued");
         let mut last = None;

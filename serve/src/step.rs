@@ -46,6 +46,7 @@ impl Seq {
                 arrived: self.job.arrived,
                 forks: Vec::new(),
                 embed: None,
+                hold: self.job.hold.clone(),
             },
             session: self.session.clone(),
             fed: self.fed,

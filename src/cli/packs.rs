@@ -75,6 +75,7 @@ impl StorePack {
             verified: self.verified(),
             verdict: self.verdict(),
             modified: self.updated_ms / 1000,
+            digest: self.key.to_hex(),
         }
     }
 }
