@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what the cross-checks against independent implementations need
-# (gguf-py, pyarrow, the openai client, LangChain's OpenAI integration and Playwright from PyPI, s3s-fs from crates.io, the real Gemma 3 270M GGUF into the user cache), then runs every test,
+# (gguf-py, pyarrow, the openai and ollama clients, LangChain's OpenAI integration and Playwright from PyPI, s3s-fs from crates.io, the real Gemma 3 270M GGUF into the user cache), then runs every test,
 # including the ones marked #[ignore] for needing them, and ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,7 @@ t_start=$SECONDS
 step() { printf '== %s\n' "$1" >&2; t_step=$SECONDS; }
 done_step() { printf '   done in %d s (%d s since the start)\n' $((SECONDS - t_step)) $((SECONDS - t_start)) >&2; }
 step "installing the cross-checks' tools (PyPI, apt, crates.io) and the Gemma 3 270M GGUF"
-python3 -m pip install -q --disable-pip-version-check numpy "gguf==0.19.0" huggingface_hub pyarrow "sentencepiece==0.2.3" protobuf "openai==3.57.0" "langchain-openai==1.8.1" "playwright==1.65.3" >&2
+python3 -m pip install -q --disable-pip-version-check numpy "gguf==0.19.0" huggingface_hub pyarrow "sentencepiece==0.2.3" protobuf "openai==3.57.0" "langchain-openai==1.8.1" "ollama==0.6.3" "playwright==1.65.3" >&2
 # XRT (Debian's libxrt-dev) and libclang for the NPU feature (bindgen over the XRT shim) and for
 # the check of our AXLF offsets against xclbin.h.
 npu_deps="libxrt-dev uuid-dev libclang-dev"

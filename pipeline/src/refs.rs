@@ -43,6 +43,20 @@ pub fn write_ref(store: &Store, record: &RefRecord) -> Result<()> {
     Ok(())
 }
 
+/// Deletes the ref `name` (locally, and from the shared store if there is one): its entries stay
+/// until `gc` finds nothing else names them. Deleting a ref that is not there does nothing.
+pub fn delete_ref(store: &Store, name: &str) -> Result<()> {
+    match fs::remove_file(ref_path(store, name)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    if let Some(shared) = store.shared() {
+        shared.delete_ref(&ref_file_name(name))?;
+    }
+    Ok(())
+}
+
 /// Every ref in the store (the shared one's, if there is one), sorted by name.
 pub fn list_refs(store: &Store) -> Result<Vec<RefRecord>> {
     if let Some(shared) = store.shared() {

@@ -4,7 +4,7 @@
 //! when another needs the room, least recently used first, never while a request holds it.
 //!
 //! A request names its model by repository id, by `--alias`, or by a short name (see
-//! [`short_name`]); with one model listed (or one loaded) it may name none. Loading runs on a
+//! [`short_name`]); with one model listed it may name none. Loading runs on a
 //! blocking thread while the other models keep serving; the requests for a model being loaded
 //! wait for that one load. A model's `Ready` is shared by the requests and queued jobs using it,
 //! so "in flight" is its reference count: the registry unloads only a model whose one reference
@@ -286,7 +286,7 @@ impl Registry {
         self.loader.is_some()
     }
 
-    /// The index of the model `name` names (`None`: the one model listed, or the one loaded).
+    /// The index of the model `name` names (`None`: the one model listed).
     fn find(&self, slots: &[Slot], name: Option<&str>) -> Result<usize, ApiError> {
         let ids = || {
             slots
@@ -297,12 +297,6 @@ impl Registry {
         let Some(name) = name else {
             if slots.len() == 1 {
                 return Ok(0);
-            }
-            let loaded: Vec<usize> = (0..slots.len())
-                .filter(|&i| slots[i].ready().is_some())
-                .collect();
-            if let [one] = loaded[..] {
-                return Ok(one);
             }
             return Err(ApiError::bad(
                 "model",

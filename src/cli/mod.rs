@@ -5,6 +5,7 @@ pub mod fetch;
 pub mod gc;
 pub mod generate;
 pub mod kernels;
+pub mod models;
 pub mod packs;
 pub mod progress;
 pub mod repair;
@@ -149,6 +150,12 @@ pub enum Command {
     Status(status::StatusArgs),
     /// Remove store entries that no pack references; report bytes freed.
     Gc(gc::GcArgs),
+    /// List the packs in the store: name, family, size, verdict, when imported.
+    List(models::ListArgs),
+    /// Drop a pack from the store (its ref; `gc` then frees the bytes nothing else uses).
+    Rm(models::RmArgs),
+    /// Show the models a running server has loaded.
+    Ps(models::PsArgs),
     /// Query tensor statistics, verification results and run history with SQL.
     Sql(sql::SqlArgs),
     /// Write a pack's verification report: one self-contained HTML file, or its charts as PNG.
@@ -176,6 +183,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Semantics(a) => semantics::exec(&cli.global, a),
         Command::Status(a) => status::exec(&cli.global, a),
         Command::Gc(a) => gc::exec(&cli.global, a),
+        Command::List(a) => models::list(&cli.global, a),
+        Command::Rm(a) => models::rm(&cli.global, a),
+        Command::Ps(a) => models::ps(&cli.global, a),
         Command::Sql(a) => sql::exec(&cli.global, a),
         Command::Report(a) => report::exec(&cli.global, a),
         Command::Generate(a) => generate::exec(&cli.global, a),

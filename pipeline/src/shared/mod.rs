@@ -759,6 +759,11 @@ impl SharedStore {
         self.put(&self.path(&format!("refs/{file_name}")), bytes)
     }
 
+    /// Deletes a ref by its file name (absent already: nothing to do).
+    pub fn delete_ref(&self, file_name: &str) -> Result<()> {
+        self.delete(&self.path(&format!("refs/{file_name}")))
+    }
+
     /// Reads a ref by its file name.
     pub fn read_ref(&self, file_name: &str) -> Result<Option<RefRecord>> {
         let loc = self.path(&format!("refs/{file_name}"));

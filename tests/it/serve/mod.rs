@@ -18,6 +18,7 @@ mod clients;
 mod embeddings;
 mod images;
 mod logprobs;
+mod models;
 mod webui;
 
 fn fixture(case: &str) -> PathBuf {
