@@ -48,11 +48,19 @@ export async function ready(onWait) {
   }
 }
 
-/** The served pack's facts (`GET /props`). */
-export async function props() {
-  const res = await fetch("/props", { headers: headers() });
+/** A served model's facts (`GET /props?model=ID`; loads it when it is not). */
+export async function props(model) {
+  const q = model ? `?model=${encodeURIComponent(model)}` : "";
+  const res = await fetch(`/props${q}`, { headers: headers() });
   if (!res.ok) throw await failure(res);
   return res.json();
+}
+
+/** Every model the server serves, with its verdict, context and load state (`GET /v1/models`). */
+export async function models() {
+  const res = await fetch("/v1/models", { headers: headers() });
+  if (!res.ok) throw await failure(res);
+  return (await res.json()).data ?? [];
 }
 
 /**

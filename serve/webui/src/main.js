@@ -1,14 +1,18 @@
 // The chat page: conversations in the sidebar, the open one's messages, its settings, and the
-// served pack's facts (name, context, kernel path, verification verdict with its report).
+// served pack's facts (name, context, kernel path, verification verdict with its report). On a
+// server of several packs, a picker chooses the model (each marked loaded or not, and verified or
+// not); a message to a model that is not loaded shows its load as it goes.
 
 import { Chats, DEFAULTS } from "./chats.js";
-import { NeedsKey, key, props, ready, setKey, streamChat } from "./api.js";
+import { NeedsKey, key, models, props, ready, setKey, streamChat } from "./api.js";
 import { render } from "./markdown.js";
 
 const $ = (id) => document.getElementById(id);
 const chats = new Chats();
 let running = null; // the AbortController of the answer being streamed
-let served = null; // /props
+let served = null; // /props of the chosen model, or what /v1/models says of it before it loads
+let listed = []; // /v1/models
+const MODEL_KEY = "onebit.model";
 let attached = []; // data: URLs of the images the next message carries
 
 // The image types the server decodes.
@@ -81,18 +85,92 @@ function showPack(p) {
   }
 }
 
+/** The chosen model's entry of /v1/models. */
+function chosen() {
+  const want = localStorage.getItem(MODEL_KEY);
+  return (
+    listed.find((m) => m.id === want) ??
+    listed.find((m) => m.loaded) ??
+    listed.find((m) => m.verification?.verified) ??
+    listed[0]
+  );
+}
+
+/** The picker of a server of several models. */
+function showPicker() {
+  if (listed.length < 2) return;
+  const pick = el("select", "picker");
+  pick.id = "model";
+  pick.setAttribute("aria-label", "Model");
+  const current = chosen();
+  for (const m of listed) {
+    const state = m.loaded ? " · loaded" : m.status?.value === "loading" ? " · loading" : "";
+    const verdict = m.verification?.verified ? "" : " · not verified";
+    const o = el("option", null, `${m.id}${state}${verdict}`);
+    o.value = m.id;
+    o.selected = m.id === current?.id;
+    pick.append(o);
+  }
+  pick.addEventListener("change", () => {
+    localStorage.setItem(MODEL_KEY, pick.value);
+    showModel();
+  });
+  $("pack").prepend(pick);
+}
+
+/** The chosen model's facts: /props when it is loaded, its listing otherwise. */
+async function showModel() {
+  const m = chosen();
+  if (!m) {
+    $("pack").replaceChildren(el("span", "muted", "no models"));
+    return;
+  }
+  if (m.loaded || listed.length === 1) {
+    served = await withKey(() => props(m.id));
+    showPack(served);
+  } else {
+    served = { model: m.id, modalities: {} };
+    const box = $("pack");
+    box.replaceChildren();
+    box.append(el("strong", "name", m.id));
+    box.append(el("span", "fact", `${m.context_length} tokens of context`));
+    box.append(el("span", "fact", "loads with your first message"));
+    const v = m.verification ?? {};
+    const verdict = el("span", v.verified ? "verdict ok" : "verdict bad");
+    verdict.title = v.summary ?? "";
+    verdict.textContent = v.verified ? "verified" : "not verified";
+    box.append(verdict);
+  }
+  showPicker();
+  $("attach").hidden = !served?.modalities?.image;
+}
+
 async function loadPack() {
   try {
     const health = await ready(() => {
       $("pack").replaceChildren(el("span", "muted", "loading the model…"));
     });
     if (health.key_required && !key()) await askKey();
-    served = await withKey(props);
-    showPack(served);
-    $("attach").hidden = !served?.modalities?.image;
+    listed = await withKey(models);
+    await showModel();
   } catch (e) {
     $("pack").replaceChildren(el("span", "error", `cannot reach the server: ${e.message}`));
   }
+}
+
+/**
+ * While the model `id` loads for a message: its name and the seconds so far in the header,
+ * until `stop()` is called.
+ */
+function showLoading(id) {
+  const t0 = performance.now();
+  const tick = () => {
+    const s = Math.round((performance.now() - t0) / 1000);
+    $("pack").replaceChildren(el("span", "muted loading", `loading ${id}… ${s} s`));
+  };
+  tick();
+  const timer = setInterval(tick, 1000);
+  return () => clearInterval(timer);
 }
 
 // ---- conversations ----------------------------------------------------------------------------
@@ -249,7 +327,7 @@ function requestBody(c) {
       messages.push({ role: m.role, content: m.content });
     }
   }
-  const body = { model: served?.model, messages };
+  const body = { model: chosen()?.id ?? served?.model, messages };
   for (const k of SETTINGS) {
     const n = number(c.settings?.[k]);
     if (n !== undefined) body[k] = k === "top_k" || k === "max_tokens" || k === "seed" ? Math.trunc(n) : n;
@@ -278,6 +356,8 @@ async function send(text, images) {
   const ctrl = new AbortController();
   setRunning(ctrl);
   const t0 = performance.now();
+  const entry = chosen();
+  const loading = entry && !entry.loaded && listed.length > 1 ? showLoading(entry.id) : null;
   let frame = 0;
   const repaint = () => {
     frame = 0;
@@ -289,6 +369,13 @@ async function send(text, images) {
       streamChat(
         body,
         (piece) => {
+          if (loading && !answer.content && !answer.reasoning) {
+            loading();
+            models().then((l) => {
+              listed = l;
+              showModel();
+            });
+          }
           answer.reasoning += piece.reasoning;
           answer.content += piece.content;
           frame ||= requestAnimationFrame(repaint);
@@ -312,6 +399,11 @@ async function send(text, images) {
     }
   }
   if (frame) cancelAnimationFrame(frame);
+  if (loading) {
+    loading();
+    listed = await models().catch(() => listed);
+    await showModel().catch(() => {});
+  }
   setRunning(null);
   chats.save();
   node.update(answer);

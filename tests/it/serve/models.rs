@@ -429,3 +429,53 @@ fn list_and_rm_show_and_drop_packs_by_name_and_refuse_what_matches_nothing() {
         String::from_utf8_lossy(&gc.stderr)
     );
 }
+
+#[test]
+#[ignore = "needs Chromium and Playwright for Python (scripts/test.sh installs them)"]
+fn the_chat_page_picks_among_the_stores_packs_and_shows_a_load() {
+    let home = tempfile::tempdir().expect("tmp");
+    store(home.path());
+    let s = serve_store(home, &[]);
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("webui-models.png");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/webui_models.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(format!("http://{}", s.addr))
+        .arg(support::chromium())
+        .arg("local/chat")
+        .arg(&shot)
+        .output()
+        .expect("python3");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let seen: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    let options: Vec<&str> = seen["options"]
+        .as_array()
+        .expect("options")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(options.len(), 3, "{seen}");
+    assert!(
+        options
+            .iter()
+            .any(|o| o.starts_with("local/llama-q80") && o.contains("not verified")),
+        "{seen}"
+    );
+    assert!(
+        seen["headers"].as_array().is_some_and(|h| h
+            .iter()
+            .any(|t| t.as_str().is_some_and(|t| t.contains("loading local/chat")))),
+        "the load was not shown: {seen}"
+    );
+    assert!(
+        seen["after"]
+            .as_str()
+            .is_some_and(|t| t.contains("tokens of context")),
+        "{seen}"
+    );
+    assert_eq!(seen["after_reload"], "local/chat");
+}

@@ -1,5 +1,6 @@
-//! The tests of `gemm.rs`.
+//! The tests of the products (`gemm/`).
 use super::*;
+use onebit_pack::mm_block::MmBlock;
 
 fn values(len: usize, seed: u32) -> Vec<f32> {
     (0..len)
