@@ -97,6 +97,17 @@ fn lock(m: &Mutex<Vec<Slot>>) -> std::sync::MutexGuard<'_, Vec<Slot>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How long a request waits for a busy model to free the room it needs before its 503.
+const BUSY_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a model cannot be had now.
+enum Decided {
+    /// Busy models leave no room: worth waiting for.
+    Busy(ApiError),
+    /// Refused for good (unknown, unverified, too big).
+    Refused(ApiError),
+}
+
 /// A model taken out of the registry: its id, the model, why.
 type Evicted = (String, Arc<Ready>, &'static str);
 
@@ -216,42 +227,16 @@ impl Registry {
         name: Option<&str>,
         keep_alive: Option<Option<Duration>>,
     ) -> Result<Arc<Ready>, ApiError> {
-        let next = {
-            let mut slots = lock(&self.slots);
-            let i = self.find(&slots, name)?;
-            let slot = &mut slots[i];
-            slot.last_used = Instant::now();
-            if keep_alive.is_some() {
-                slot.keep_alive = keep_alive;
-            }
-            match &slot.state {
-                State::Ready(r) => Next::Have(r.clone()),
-                State::Loading(rx) => Next::Wait(rx.clone()),
-                State::Unloaded => {
-                    let listing = slot.listing.clone();
-                    if self.loader.is_none() {
-                        return Err(unavailable(
-                            "model_unavailable",
-                            format!("'{}' is not loaded and this server loads none", listing.id),
-                        ));
-                    }
-                    if !listing.verified && !self.policy.allow_unverified {
-                        return Err(ApiError::new(
-                            StatusCode::FORBIDDEN,
-                            "invalid_request_error",
-                            format!(
-                                "'{}' did not pass verification ({}); start the server with \
-                                 --allow-unverified to serve it anyway",
-                                listing.id, listing.verdict
-                            ),
-                        )
-                        .with_code("model_unverified"));
-                    }
-                    let evicted = self.make_room(&mut slots, i)?;
-                    let (tx, rx) = watch::channel(None);
-                    slots[i].state = State::Loading(rx);
-                    Next::Load(listing, tx, evicted)
+        // A model busy for a moment (a job ending just after its answer went out) frees its
+        // room soon: wait for it up to BUSY_WAIT before answering 503.
+        let deadline = Instant::now() + BUSY_WAIT;
+        let next = loop {
+            match self.decide(name, keep_alive) {
+                Err(Decided::Busy(_)) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
+                Err(Decided::Busy(e) | Decided::Refused(e)) => return Err(e),
+                Ok(next) => break next,
             }
         };
         match next {
@@ -268,9 +253,55 @@ impl Registry {
         }
     }
 
+    /// What `acquire` does next for `name`, decided under the lock.
+    fn decide(
+        &self,
+        name: Option<&str>,
+        keep_alive: Option<Option<Duration>>,
+    ) -> Result<Next, Decided> {
+        let mut slots = lock(&self.slots);
+        let i = self.find(&slots, name).map_err(Decided::Refused)?;
+        let slot = &mut slots[i];
+        slot.last_used = Instant::now();
+        if keep_alive.is_some() {
+            slot.keep_alive = keep_alive;
+        }
+        Ok(match &slot.state {
+            State::Ready(r) => Next::Have(r.clone()),
+            State::Loading(rx) => Next::Wait(rx.clone()),
+            State::Unloaded => {
+                let listing = slot.listing.clone();
+                if self.loader.is_none() {
+                    return Err(Decided::Refused(unavailable(
+                        "model_unavailable",
+                        format!("'{}' is not loaded and this server loads none", listing.id),
+                    )));
+                }
+                if !listing.verified && !self.policy.allow_unverified {
+                    return Err(Decided::Refused(
+                        ApiError::new(
+                            StatusCode::FORBIDDEN,
+                            "invalid_request_error",
+                            format!(
+                                "'{}' did not pass verification ({}); start the server with \
+                             --allow-unverified to serve it anyway",
+                                listing.id, listing.verdict
+                            ),
+                        )
+                        .with_code("model_unverified"),
+                    ));
+                }
+                let evicted = self.make_room(&mut slots, i)?;
+                let (tx, rx) = watch::channel(None);
+                slots[i].state = State::Loading(rx);
+                Next::Load(listing, tx, evicted)
+            }
+        })
+    }
+
     /// Unloads idle models until model `i` fits the policy; returns them (id, model, reason)
     /// so they are dropped outside the lock, or the 503 when busy models leave no room.
-    fn make_room(&self, slots: &mut [Slot], i: usize) -> Result<Vec<Evicted>, ApiError> {
+    fn make_room(&self, slots: &mut [Slot], i: usize) -> Result<Vec<Evicted>, Decided> {
         let p = &self.policy;
         let need = slots[i].listing.bytes;
         let mut evicted = Vec::new();
@@ -317,7 +348,7 @@ impl Registry {
                 };
                 // A model that cannot fit even alone is refused as such.
                 if need > p.memory {
-                    return Err(unavailable(
+                    return Err(Decided::Refused(unavailable(
                         "insufficient_memory",
                         format!(
                             "'{}' needs {} MiB, more than the {} MiB memory budget \
@@ -326,7 +357,7 @@ impl Registry {
                             need >> 20,
                             p.memory >> 20
                         ),
-                    ));
+                    )));
                 }
                 for (id, ready, _) in evicted {
                     // Put back what was taken out for nothing.
@@ -334,7 +365,7 @@ impl Registry {
                         s.state = State::Ready(ready);
                     }
                 }
-                return Err(unavailable("insufficient_memory", why));
+                return Err(Decided::Busy(unavailable("insufficient_memory", why)));
             };
             let reason = if over_count { "models-max" } else { "memory" };
             if let State::Ready(r) = std::mem::replace(&mut slots[j].state, State::Unloaded) {
