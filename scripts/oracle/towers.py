@@ -213,6 +213,18 @@ def load_stored_tower(sd: dict, cfg: dict, mmproj: Path) -> None:
         sd[h] = v.reshape(sd[h].shape).clone()
 
 
+def image_features(model, pixels):
+    """The projected image features of `pixels` (transformers 5 returns them in an output
+    object's `pooler_output`, one tensor per image)."""
+    with torch.no_grad():
+        feats = model.model.get_image_features(pixel_values=pixels)
+    if hasattr(feats, "pooler_output"):
+        feats = feats.pooler_output
+    if isinstance(feats, (list, tuple)):
+        feats = feats[0]
+    return feats
+
+
 def q8(x):
     """Activations as the runtime quantizes them: int8 in blocks of 32, one scale a block."""
     y = x.reshape(*x.shape[:-1], -1, 32)
@@ -266,12 +278,7 @@ def gemma3_case(out: Path, llama_cpp: Path, flm: Path) -> None:
     image.save(out / "image.png")
     proc = gemma3_processor()
     pixels = proc(images=image, return_tensors="pt")["pixel_values"]
-    with torch.no_grad():
-        feats = model.model.get_image_features(pixel_values=pixels)
-        if hasattr(feats, "pooler_output"):
-            feats = feats.pooler_output
-        if isinstance(feats, (list, tuple)):
-            feats = feats[0]
+    feats = image_features(model, pixels)
     ref = {
         "family": "gemma3",
         "converter": {"vision_MM_K": 256, "vision_MM_N": 64},
@@ -608,12 +615,7 @@ def gemma3_sizes_case(out: Path, llama_cpp: Path, flm: Path) -> None:
                     logits = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
             else:
                 logits = model(input_ids=input_ids, pixel_values=pixels, token_type_ids=types, use_cache=False).logits[0]
-            feats = model.model.get_image_features(pixel_values=pixels)
-        if hasattr(feats, "pooler_output"):
-            feats = feats.pooler_output
-        if isinstance(feats, (list, tuple)):
-            feats = feats[0]
-        return pixels, feats, logits
+        return pixels, image_features(model, pixels), logits
 
     _, _, logits = run(fixed_image())
     check = float((logits - torch.tensor(ref["logits"])).abs().max())
@@ -698,13 +700,7 @@ def gemma3_bf16_case(out: Path, llama_cpp: Path, flm: Path) -> None:
     model.config.vision_config._attn_implementation = "eager"
 
     def features(pixels):
-        with torch.no_grad():
-            f = model.model.get_image_features(pixel_values=pixels)
-        if hasattr(f, "pooler_output"):
-            f = f.pooler_output
-        if isinstance(f, (list, tuple)):
-            f = f[0]
-        return f.flatten()
+        return image_features(model, pixels).flatten()
 
     ref = json.loads((out / "reference.json").read_text())
     sizes = json.loads((out / "sizes.json").read_text())

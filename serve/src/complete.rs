@@ -142,16 +142,6 @@ impl Server {
         let arrived = Instant::now();
         let (ready, fields, ignored) = self.open(&headers, body, kind.fields()).await?;
         let started = self.start(kind, ready, &fields, arrived).await?;
-        let Started {
-            ready,
-            rxs,
-            calls,
-            think,
-            stream,
-            include_usage,
-            prompt_tokens,
-            logprobs,
-        } = started;
         let id = format!(
             "{}-{:x}{:06x}",
             if kind == Kind::Chat {
@@ -165,20 +155,20 @@ impl Server {
         let reply = Reply {
             kind,
             id,
-            model: ready.id.clone(),
-            fingerprint: ready.fingerprint.clone(),
+            model: started.ready.id.clone(),
+            fingerprint: started.ready.fingerprint.clone(),
             created: now_secs(),
             arrived,
-            prompt_tokens,
+            prompt_tokens: started.prompt_tokens,
             summary: None,
-            calls: calls.map(|p| (p.format, p.tools)),
-            logprobs,
-            think,
+            calls: started.calls.map(|p| (p.format, p.tools)),
+            logprobs: started.logprobs,
+            think: started.think,
         };
-        let mut resp = if stream {
-            reply.stream(rxs, include_usage)
+        let mut resp = if started.stream {
+            reply.stream(started.rxs, started.include_usage)
         } else {
-            reply.whole(rxs).await?
+            reply.whole(started.rxs).await?
         };
         if !ignored.is_empty() {
             let text = format!(

@@ -32,28 +32,18 @@ pub struct PsArgs {
     pub api_key: Option<String>,
 }
 
-/// Sizes as people read them.
+/// Sizes as people read them (indicatif's binary units).
 fn human(bytes: u64) -> String {
-    let mib = bytes as f64 / f64::from(1u32 << 20);
-    if mib >= 1024.0 {
-        format!("{:.1} GiB", mib / 1024.0)
-    } else {
-        format!("{mib:.1} MiB")
-    }
+    indicatif::HumanBytes(bytes).to_string()
 }
 
-/// Seconds since the epoch as "N s/min/h/d ago".
+/// Milliseconds since the epoch as "N units ago".
 fn ago(unix_ms: u64) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let s = now.saturating_sub(unix_ms) / 1000;
-    match s {
-        0..60 => format!("{s} s ago"),
-        60..3600 => format!("{} min ago", s / 60),
-        3600..86_400 => format!("{} h ago", s / 3600),
-        _ => format!("{} d ago", s / 86_400),
-    }
+    let since = std::time::Duration::from_millis(now.saturating_sub(unix_ms));
+    format!("{} ago", indicatif::HumanDuration(since))
 }
 
 /// A verdict cut to its first clause for the table (`--json` has it whole).
@@ -71,7 +61,7 @@ fn json_of(p: &StorePack) -> Value {
         "name": p.name,
         "short_name": onebit_serve::models::short_name(&p.name),
         "family": p.family(),
-        "bytes": p.bytes(),
+        "bytes": p.bytes,
         "context": p.context(),
         "verified": p.verified(),
         "verdict": p.verdict(),
@@ -97,7 +87,7 @@ pub fn list(g: &Global, _a: ListArgs) -> anyhow::Result<ExitCode> {
     }
     let width = packs.iter().map(|p| p.name.len()).max().unwrap_or(4).max(4);
     println!(
-        "{:<width$}  {:<10}  {:>10}  {:<10}  {:<14}  VERDICT",
+        "{:<width$}  {:<10}  {:>11}  {:<10}  {:<16}  VERDICT",
         "NAME", "FAMILY", "SIZE", "STATUS", "IMPORTED"
     );
     for p in &packs {
@@ -109,10 +99,10 @@ pub fn list(g: &Global, _a: ListArgs) -> anyhow::Result<ExitCode> {
             "refused"
         };
         println!(
-            "{:<width$}  {:<10}  {:>10}  {:<10}  {:<14}  {}",
+            "{:<width$}  {:<10}  {:>11}  {:<10}  {:<16}  {}",
             p.name,
             p.family(),
-            human(p.bytes()),
+            human(p.bytes),
             status,
             ago(p.updated_ms),
             short_verdict(&p.verdict())
@@ -166,12 +156,12 @@ pub fn rm(g: &Global, a: RmArgs) -> anyhow::Result<ExitCode> {
     let _lock = store.lock_root(onebit_pipeline::lock::LockMode::Exclusive)?;
     onebit_pipeline::refs::delete_ref(&store, &p.name)?;
     if g.json {
-        println!("{}", json!({"removed": p.name, "bytes": p.bytes()}));
+        println!("{}", json!({"removed": p.name, "bytes": p.bytes}));
     } else {
         println!(
             "removed {} ({}); `onebit-pipe gc` frees the entries nothing else uses",
             p.name,
-            human(p.bytes())
+            human(p.bytes)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -215,7 +205,7 @@ pub fn ps(g: &Global, a: PsArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or(4)
         .max(4);
     println!(
-        "{:<width$}  {:<8}  {:>10}  {:>7}  UNLOADS",
+        "{:<width$}  {:<8}  {:>11}  {:>7}  UNLOADS",
         "NAME", "STATUS", "SIZE", "CONTEXT"
     );
     for m in loaded {
@@ -224,7 +214,7 @@ pub fn ps(g: &Global, a: PsArgs) -> anyhow::Result<ExitCode> {
             None => "when another needs the room".into(),
         };
         println!(
-            "{:<width$}  {:<8}  {:>10}  {:>7}  {expires}",
+            "{:<width$}  {:<8}  {:>11}  {:>7}  {expires}",
             m["id"].as_str().unwrap_or("?"),
             m["status"]["value"].as_str().unwrap_or("?"),
             human(m["size"].as_u64().unwrap_or(0)),

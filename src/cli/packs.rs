@@ -22,6 +22,8 @@ pub struct StorePack {
     pub local: bool,
     /// Its manifest, where the folder is local and readable.
     pub manifest: Option<Manifest>,
+    /// Bytes of the pack's files (0 where the folder is not local).
+    pub bytes: u64,
     /// When the ref was last written (ms since the epoch).
     pub updated_ms: u64,
 }
@@ -59,18 +61,13 @@ impl StorePack {
             .map_or(0, |s| s.context)
     }
 
-    /// Bytes of the pack's files.
-    pub fn bytes(&self) -> u64 {
-        onebit_serve::models::pack_bytes(&self.dir)
-    }
-
     /// The listing a server of the store's packs shows.
     pub fn listing(&self) -> onebit_serve::models::Listing {
         onebit_serve::models::Listing {
             id: self.name.clone(),
             aliases: Vec::new(),
             family: self.family(),
-            bytes: self.bytes(),
+            bytes: self.bytes,
             context: self.context(),
             verified: self.verified(),
             verdict: self.verdict(),
@@ -92,7 +89,9 @@ pub fn store_packs(store: &Store) -> anyhow::Result<Vec<StorePack>> {
         let manifest = std::fs::read(dir.join("manifest.json"))
             .ok()
             .and_then(|b| serde_json::from_slice::<Manifest>(&b).ok());
+        let bytes = onebit_serve::models::pack_bytes(&dir);
         out.push(StorePack {
+            bytes,
             name: r.name.clone(),
             key: stage.key,
             dir,

@@ -251,14 +251,8 @@ fn store_server(
         keep_alive: a.keep_alive.0,
         allow_unverified: a.source.allow_unverified,
     };
-    for p in &packs {
-        let l = p.listing();
-        tracing::info!(
-            model = %l.id,
-            verified = l.verified,
-            mib = l.bytes >> 20,
-            "listed"
-        );
+    for l in &listings {
+        tracing::info!(model = %l.id, verified = l.verified, mib = l.bytes >> 20, "listed");
     }
     let opts = a.source.load_options();
     let (kernel_dir, batch) = (a.kernel_dir.clone(), a.batch);

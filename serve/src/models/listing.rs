@@ -75,8 +75,9 @@ pub fn short_name(id: &str) -> String {
     last.strip_suffix("-npu2").unwrap_or(&last).to_string()
 }
 
-/// A keep-alive as Ollama writes it: a duration string (`30s`, `5m`, `1h`, `1h30m`, `250ms`), a
-/// number of seconds, `0` (unload as soon as idle) or a negative number (never unload): `None`.
+/// A keep-alive as Ollama writes it: a duration string (`30s`, `5m`, `1h30m`, `250ms`, as
+/// `humantime` reads them), a number of seconds, `0` (unload as soon as idle) or a negative
+/// number (never unload): `None`.
 pub fn parse_keep_alive(v: &serde_json::Value) -> Result<Option<Duration>, String> {
     let secs = |x: f64| {
         if x < 0.0 {
@@ -91,39 +92,13 @@ pub fn parse_keep_alive(v: &serde_json::Value) -> Result<Option<Duration>, Strin
         serde_json::Value::Number(n) => secs(n.as_f64().unwrap_or(0.0)),
         serde_json::Value::String(t) => {
             let t = t.trim();
-            if let Ok(x) = t.parse::<f64>() {
-                return secs(x);
+            match t.parse::<f64>() {
+                Ok(x) => secs(x),
+                Err(_) if t.starts_with('-') => Ok(None),
+                Err(_) => humantime::parse_duration(t)
+                    .map(Some)
+                    .map_err(|e| format!("keep-alive '{t}' is not a duration: {e}")),
             }
-            if t.starts_with('-') {
-                return Ok(None);
-            }
-            let mut total = 0.0f64;
-            let mut rest = t;
-            if rest.is_empty() {
-                return Err("an empty keep-alive".into());
-            }
-            while !rest.is_empty() {
-                let digits = rest
-                    .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                    .ok_or_else(|| format!("keep-alive '{t}' lacks a unit (s, m, h, ms)"))?;
-                let (num, tail) = rest.split_at(digits);
-                let x: f64 = num
-                    .parse()
-                    .map_err(|_| format!("keep-alive '{t}' is not a duration"))?;
-                let unit_len = tail
-                    .find(|c: char| c.is_ascii_digit() || c == '.')
-                    .unwrap_or(tail.len());
-                let (unit, next) = tail.split_at(unit_len);
-                total += x * match unit {
-                    "ms" => 0.001,
-                    "s" => 1.0,
-                    "m" => 60.0,
-                    "h" => 3600.0,
-                    _ => return Err(format!("keep-alive '{t}': unknown unit '{unit}'")),
-                };
-                rest = next;
-            }
-            secs(total)
         }
         other => Err(format!(
             "keep-alive must be a duration string or seconds, got {other}"
@@ -142,4 +117,32 @@ pub fn pack_bytes(dir: &std::path::Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn keep_alives_read_as_ollama_writes_them() {
+        let d = |v| parse_keep_alive(&v).expect("a keep-alive");
+        assert_eq!(d(json!("5m")), Some(Duration::from_secs(300)));
+        assert_eq!(d(json!("1h30m")), Some(Duration::from_secs(5400)));
+        assert_eq!(d(json!("5m0s")), Some(Duration::from_secs(300)));
+        assert_eq!(d(json!("250ms")), Some(Duration::from_millis(250)));
+        assert_eq!(d(json!(30)), Some(Duration::from_secs(30)));
+        assert_eq!(d(json!("0")), Some(Duration::ZERO));
+        assert_eq!(d(json!(-1)), None);
+        assert_eq!(d(json!("-1m")), None);
+        assert!(parse_keep_alive(&json!("soon")).is_err());
+        assert!(parse_keep_alive(&json!(true)).is_err());
+    }
+
+    #[test]
+    fn short_names_drop_the_org_the_case_and_npu2() {
+        assert_eq!(short_name("FastFlowLM/Gemma3-270M-NPU2"), "gemma3-270m");
+        assert_eq!(short_name("local/chat"), "chat");
+    }
 }

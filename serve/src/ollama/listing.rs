@@ -10,10 +10,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::reply::rfc3339;
-use super::request::{Body2, Result};
+use super::request::{OllamaRequest, Result};
 use crate::Server;
 use crate::api::ApiError;
 use crate::models::ModelInfo;
+use crate::values::{Route, Unknown};
 
 /// The version `/api/version` reports: Ollama's clients compare it to decide what a server
 /// speaks, so it is the Ollama release whose API this one follows, with ours beside it.
@@ -91,8 +92,11 @@ pub(crate) async fn show(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    const FIELDS: &[&str] = &["model", "name", "verbose"];
-    let b = Body2::read(&s, &headers, body, FIELDS).await?;
+    const ROUTE: Route = Route {
+        fields: &[&["model", "name", "verbose"]],
+        unknown: Unknown::ListsFields,
+    };
+    let b = OllamaRequest::read(&s, &headers, body, &ROUTE).await?;
     let name = b.model()?;
     let id = s.registry().resolve(Some(&name))?;
     let ready = s.model(Some(&id), None).await?;

@@ -28,13 +28,13 @@ use serde_json::{Map, Value, json};
 
 pub(crate) use listing::{ps, show, tags, version};
 use reply::{Meta, created_at, streamed, whole};
-use request::{Body2, Result, common, message};
+use request::{OllamaRequest, Result, common, message};
 
 use crate::answer::Answer;
 use crate::api::ApiError;
 use crate::complete::Started;
 use crate::reply::Kind;
-use crate::values::Fields;
+use crate::values::{Fields, Route, Unknown};
 use crate::{Ready, Server};
 
 impl Server {
@@ -42,7 +42,7 @@ impl Server {
     /// shapes.
     async fn ollama_complete(
         self: &Arc<Self>,
-        b: &Body2,
+        b: &OllamaRequest,
         kind: Kind,
         mut map: Map<String, Value>,
         chat: bool,
@@ -100,17 +100,20 @@ pub(crate) async fn chat(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    const FIELDS: &[&str] = &[
-        "model",
-        "messages",
-        "tools",
-        "format",
-        "options",
-        "stream",
-        "keep_alive",
-        "think",
-    ];
-    let b = Body2::read(&s, &headers, body, FIELDS).await?;
+    const ROUTE: Route = Route {
+        fields: &[&[
+            "model",
+            "messages",
+            "tools",
+            "format",
+            "options",
+            "stream",
+            "keep_alive",
+            "think",
+        ]],
+        unknown: Unknown::ListsFields,
+    };
+    let b = OllamaRequest::read(&s, &headers, body, &ROUTE).await?;
     let messages = match b.get("messages") {
         Some(Value::Array(m)) => m
             .iter()
@@ -143,22 +146,25 @@ pub(crate) async fn generate(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    const FIELDS: &[&str] = &[
-        "model",
-        "prompt",
-        "suffix",
-        "system",
-        "template",
-        "context",
-        "stream",
-        "raw",
-        "format",
-        "options",
-        "keep_alive",
-        "images",
-        "think",
-    ];
-    let b = Body2::read(&s, &headers, body, FIELDS).await?;
+    const ROUTE: Route = Route {
+        fields: &[&[
+            "model",
+            "prompt",
+            "suffix",
+            "system",
+            "template",
+            "context",
+            "stream",
+            "raw",
+            "format",
+            "options",
+            "keep_alive",
+            "images",
+            "think",
+        ]],
+        unknown: Unknown::ListsFields,
+    };
+    let b = OllamaRequest::read(&s, &headers, body, &ROUTE).await?;
     for (k, why) in [
         ("suffix", "fill-in-the-middle is not served"),
         ("template", "the pack's own chat template is used"),
@@ -208,7 +214,7 @@ pub(crate) async fn generate(
 impl Server {
     /// A request with nothing to generate: loads the model (keeping it as `keep_alive` says; 0
     /// unloads it at once) and answers `done` with `done_reason` `load` or `unload`.
-    async fn preload(self: &Arc<Self>, b: &Body2, chat: bool) -> Result<Response> {
+    async fn preload(self: &Arc<Self>, b: &OllamaRequest, chat: bool) -> Result<Response> {
         let arrived = Instant::now();
         let name = b.model()?;
         let keep = b.keep_alive()?;
@@ -240,15 +246,18 @@ pub(crate) async fn embed(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    const FIELDS: &[&str] = &[
-        "model",
-        "input",
-        "truncate",
-        "options",
-        "keep_alive",
-        "dimensions",
-    ];
-    let b = Body2::read(&s, &headers, body, FIELDS).await?;
+    const ROUTE: Route = Route {
+        fields: &[&[
+            "model",
+            "input",
+            "truncate",
+            "options",
+            "keep_alive",
+            "dimensions",
+        ]],
+        unknown: Unknown::ListsFields,
+    };
+    let b = OllamaRequest::read(&s, &headers, body, &ROUTE).await?;
     let arrived = Instant::now();
     if matches!(b.get("truncate"), Some(Value::Bool(true))) {
         tracing::debug!("truncate: an input past the context is refused, not cut");
@@ -285,8 +294,11 @@ pub(crate) async fn embeddings(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response> {
-    const FIELDS: &[&str] = &["model", "prompt", "options", "keep_alive"];
-    let b = Body2::read(&s, &headers, body, FIELDS).await?;
+    const ROUTE: Route = Route {
+        fields: &[&["model", "prompt", "options", "keep_alive"]],
+        unknown: Unknown::ListsFields,
+    };
+    let b = OllamaRequest::read(&s, &headers, body, &ROUTE).await?;
     let arrived = Instant::now();
     let ready = s.model(Some(&b.model()?), b.keep_alive()?).await?;
     let prompt = b.string("prompt")?.unwrap_or_default();

@@ -26,31 +26,12 @@ pub(super) struct Meta {
 
 /// `created_at`: RFC 3339 in UTC with nanoseconds, as Ollama writes it.
 pub(super) fn created_at() -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let date = rfc3339(now.as_secs());
-    format!("{}.{:09}Z", &date[..date.len() - 1], now.subsec_nanos())
+    humantime::format_rfc3339_nanos(SystemTime::now()).to_string()
 }
 
-/// RFC 3339 in UTC of `secs` since the epoch (the civil date by H. Hinnant's algorithm).
+/// RFC 3339 in UTC of `secs` since the epoch.
 pub(super) fn rfc3339(secs: u64) -> String {
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
 }
 
 impl Meta {

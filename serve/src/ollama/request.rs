@@ -12,7 +12,7 @@ use crate::Server;
 use crate::api::ApiError;
 use crate::body::read_body;
 use crate::models::parse_keep_alive;
-use crate::values::json_body;
+use crate::values::{Fields, Route};
 
 /// An error in Ollama's shape: `{"error": "…"}` with the status.
 pub(crate) struct OllamaError(pub(crate) ApiError);
@@ -47,51 +47,33 @@ const OPTIONS: &[(&str, &str)] = &[
     ("repeat_last_n", "repeat_last_n"),
 ];
 
-/// A request as read: its body, the fields it may have, and the ones dropped (`--lenient`).
-pub(super) struct Body2 {
-    map: Map<String, Value>,
+/// An Ollama request's body, read as its route's fields (`values::Fields`: an unknown field
+/// refused by name, or dropped and logged with `--lenient`).
+pub(super) struct OllamaRequest {
+    fields: Fields,
 }
 
-impl Body2 {
-    /// The body of a route reading `allowed`: an unknown field is refused by name, or dropped
-    /// and logged with `--lenient`.
+impl OllamaRequest {
+    /// The body of a request to `route`, once the key is checked and the server started.
     pub(super) async fn read(
         s: &Server,
         headers: &HeaderMap,
         body: Body,
-        allowed: &[&str],
-    ) -> Result<Body2> {
+        route: &Route,
+    ) -> Result<OllamaRequest> {
         s.authorize(headers)?;
         s.started()?;
         let bytes = read_body(body, headers, s.opts.max_body).await?;
-        let mut map = json_body(&bytes)?;
-        let unknown: Vec<String> = map
-            .keys()
-            .filter(|k| !allowed.contains(&k.as_str()))
-            .cloned()
-            .collect();
-        if let Some(k) = unknown.first()
-            && !s.opts.lenient
-        {
-            return Err(ApiError::bad(
-                k.clone(),
-                format!(
-                    "unknown field '{k}': this server does not read it (it reads {}); start it \
-                     with --lenient to drop such fields",
-                    allowed.join(", ")
-                ),
-            )
-            .into());
+        let (fields, ignored) = Fields::read(&bytes, route, s.opts.lenient)?;
+        if !ignored.is_empty() {
+            tracing::warn!(fields = ?ignored, "--lenient: unknown Ollama fields ignored");
         }
-        for k in &unknown {
-            map.remove(k);
-            tracing::warn!(field = %k, "--lenient: unknown Ollama field ignored");
-        }
-        Ok(Body2 { map })
+        Ok(OllamaRequest { fields })
     }
 
+    /// The value of `k`, unless absent or null.
     pub(super) fn get(&self, k: &str) -> Option<&Value> {
-        self.map.get(k).filter(|v| !v.is_null())
+        self.fields.get(k).filter(|v| !v.is_null())
     }
 
     /// A string field, if present.
@@ -124,7 +106,7 @@ impl Body2 {
 /// The OpenAI fields of Ollama's `options`, `format`, `stream` and `think`, into `out`. Returns
 /// `num_ctx` when given (checked against the context the model is served at).
 pub(super) fn common(
-    b: &Body2,
+    b: &OllamaRequest,
     out: &mut Map<String, Value>,
     lenient: bool,
 ) -> Result<Option<u64>> {

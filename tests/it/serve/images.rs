@@ -147,22 +147,15 @@ fn remote_image_urls_and_images_for_a_text_only_model_are_refused_by_name() {
 fn the_chat_page_attaches_drops_sends_and_shows_images_in_a_real_browser() {
     let s = serve_vlm();
     let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webui-images");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/webui_images.py");
-    let out = std::process::Command::new("python3")
-        .arg(&script)
-        .arg(format!("http://{}", s.addr))
-        .arg(crate::support::chromium())
-        .arg(towers().join("image.png"))
-        .arg(&shots)
-        .output()
-        .expect("python3");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
+    let seen = crate::support::python_json(
+        "webui_images.py",
+        &[
+            std::ffi::OsString::from(format!("http://{}", s.addr)),
+            crate::support::chromium().into(),
+            towers().join("image.png").into(),
+            shots.clone().into(),
+        ],
     );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let seen: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
     assert_eq!(seen["parts"], json!(["image_url", "text"]), "{seen}");
     let png = std::fs::read(shots.join("webui-image.png")).expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"));

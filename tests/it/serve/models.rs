@@ -307,20 +307,8 @@ fn ollamas_python_client_chats_generates_embeds_and_lists() {
     let home = tempfile::tempdir().expect("tmp");
     store(home.path());
     let s = serve_store(home, &["--models-max", "3"]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/ollama_e2e.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(format!("http://{}", s.addr))
-        .args(["chat", "local/llama-q40"])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let url = format!("http://{}", s.addr);
+    let v = support::python_json("ollama_e2e.py", &[url.as_str(), "chat", "local/llama-q40"]);
     assert_eq!(
         v["list"],
         json!(["local/chat", "local/llama-q40", "local/llama-q80"])
@@ -438,21 +426,15 @@ fn the_chat_page_picks_among_the_stores_packs_and_shows_a_load() {
     store(home.path());
     let s = serve_store(home, &[]);
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("webui-models.png");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/webui_models.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(format!("http://{}", s.addr))
-        .arg(support::chromium())
-        .arg("local/chat")
-        .arg(&shot)
-        .output()
-        .expect("python3");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
+    let seen = support::python_json(
+        "webui_models.py",
+        &[
+            std::ffi::OsString::from(format!("http://{}", s.addr)),
+            support::chromium().into(),
+            "local/chat".into(),
+            shot.into(),
+        ],
     );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let seen: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
     let options: Vec<&str> = seen["options"]
         .as_array()
         .expect("options")

@@ -3,7 +3,6 @@
 //! (`tests/support/webui_browser.py`: Playwright driving Debian's Chromium).
 
 use std::path::Path;
-use std::process::Command;
 
 use super::{exchange, serve};
 use crate::support::chromium;
@@ -78,22 +77,16 @@ fn the_page_and_its_files_come_with_a_strict_policy_and_hashed_names() {
 fn the_chat_page_works_in_a_real_browser() {
     let s = serve(&["--api-key", "browser-key"]);
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("webui-screenshots");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/webui_browser.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(format!("http://{}", s.addr))
-        .arg("browser-key")
-        .arg(chromium())
-        .arg(&shots)
-        .output()
-        .expect("python3");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
+    let seen = crate::support::python_json(
+        "webui_browser.py",
+        &[
+            std::ffi::OsString::from(format!("http://{}", s.addr)),
+            "browser-key".into(),
+            chromium().into(),
+            shots.clone().into(),
+        ],
     );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    eprintln!("{stdout}");
-    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    eprintln!("{seen}");
     assert_eq!(
         seen["screenshots"].as_array().map(Vec::len),
         Some(4),

@@ -231,3 +231,24 @@ impl RunOk for Command {
         out
     }
 }
+
+/// Runs `tests/support/<script>` with python3 and `args`, asserts it succeeded (both outputs in
+/// the message otherwise), and returns the JSON object it printed as its last stdout line.
+#[allow(dead_code)]
+pub fn python_json<A: AsRef<std::ffi::OsStr>>(script: &str, args: &[A]) -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(script);
+    let out = Command::new("python3")
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("python3");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{script}: {stdout}\n{stderr}");
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{script}: no JSON line ({e}): {stdout}"))
+}
